@@ -1,0 +1,134 @@
+"""Checkpoints and run directories.
+
+A run directory holds everything a run needs and produces:
+    config.yaml     the resolved config          spm.model     the tokenizer
+    last.pt         latest training state        last.prev.pt  the one before it (fallback)
+    best.pt         best weights by the early-stopping metric
+    metrics.jsonl   training and validation records
+Checkpoints are written atomically and loaded with `weights_only=True` (no code runs on load).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .config import Config, config_from_dict, load_config
+from .errors import CheckpointError
+from .io import atomic_write
+
+FORMAT = 1
+# Keys that may change when a run is resumed; anything else must match the checkpoint.
+RESUMABLE_CHANGES = {
+    "train.max_epochs", "train.max_steps", "train.patience", "train.log_every", "train.threads",
+    "train.device", "train.checkpoint_every", "train.valid_every", "train.valid_max_sentences",
+    "train.valid_beam", "train.compile", "decode.beam", "decode.alpha", "decode.max_len_a",
+    "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
+}
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write atomically; for last.pt the previous file is kept as last.prev.pt until then."""
+    path = Path(path)
+    state = {"format": FORMAT, **state}
+    tmp = path.with_name(f".{path.name}.partial")
+    atomic_write(tmp, lambda f: torch.save(state, f), binary=True)
+    if path.name == "last.pt" and path.exists():
+        os.replace(path, path.with_name("last.prev.pt"))
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, map_location="cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated zip, bad pickle opcode, forbidden global, ...
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: damaged or not a mhatrain checkpoint ({first})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
+        raise CheckpointError(f"{path}: not a mhatrain checkpoint (format {FORMAT})")
+    return state
+
+
+def load_latest(run_dir: Path, log=print) -> dict | None:
+    """The newest readable training state (last.pt, else last.prev.pt), or None if there is none."""
+    errors = []
+    for name in ("last.pt", "last.prev.pt"):
+        path = Path(run_dir) / name
+        if not path.exists():
+            continue
+        try:
+            return load_checkpoint(path)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+            log(f"warning: {exc}; trying the previous checkpoint")
+    if errors:
+        raise CheckpointError(f"no readable checkpoint in {run_dir}: {errors[-1]}")
+    return None
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "config.yaml").is_file()
+
+
+def open_run(run_dir: Path, which: str = "best") -> tuple[Config, dict, Path]:
+    """Config, checkpoint state and tokenizer path of a finished or running run directory."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run directory not found: {run_dir}")
+    if not is_run_dir(run_dir):
+        raise CheckpointError(f"{run_dir} is not a mhatrain run directory (no config.yaml)")
+    config = load_config(run_dir / "config.yaml")
+    tokenizer = run_dir / "spm.model"
+    if not tokenizer.is_file():
+        raise CheckpointError(f"{run_dir}: tokenizer spm.model is missing")
+    names = {"best": ("best.pt", "last.pt", "last.prev.pt"), "last": ("last.pt", "last.prev.pt")}[which]
+    errors = []
+    for name in names:
+        if (run_dir / name).exists():
+            try:
+                state = load_checkpoint(run_dir / name)
+                check_compatible(state, config, str(run_dir / name))
+                return config, state, tokenizer
+            except CheckpointError as exc:
+                errors.append(str(exc))
+    if errors:
+        raise CheckpointError(errors[0])
+    raise CheckpointError(f"{run_dir}: no checkpoint yet (train it first)")
+
+
+def config_differences(a: dict, b: dict) -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    out = []
+    for section in sorted(set(a) | set(b)):
+        sa, sb = a.get(section, {}), b.get(section, {})
+        for key in sorted(set(sa) | set(sb)):
+            if sa.get(key) != sb.get(key):
+                out.append(f"{section}.{key}")
+    return out
+
+
+def check_compatible(state: dict, config: Config, where: str, vocab_fingerprint: str | None = None) -> None:
+    """Refuse a checkpoint made with another model/data config or another vocabulary."""
+    saved = state.get("config")
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{where}: checkpoint has no config")
+    try:
+        config_from_dict(saved, where)
+    except Exception:
+        raise CheckpointError(f"{where}: checkpoint config is not valid for this version") from None
+    differs = [k for k in config_differences(saved, config.to_dict()) if k not in RESUMABLE_CHANGES]
+    if differs:
+        shown = ", ".join(f"{k} ({_get(saved, k)!r} vs {_get(config.to_dict(), k)!r})" for k in differs[:4])
+        raise CheckpointError(f"{where}: made with a different config: {shown}")
+    if vocab_fingerprint is not None and state.get("vocab_fingerprint") != vocab_fingerprint:
+        raise CheckpointError(f"{where}: made with a different vocabulary (tokenizer differs)")
+
+
+def _get(d: dict, dotted: str):
+    section, key = dotted.split(".")
+    return d.get(section, {}).get(key)

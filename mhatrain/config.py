@@ -1,0 +1,294 @@
+"""The config tree: YAML → dataclasses, `--set section.key=value` overrides, validation.
+
+Every check runs at load time, before any data is read or any model is built, and every
+failure is one `ConfigError` line naming the key and the file it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+
+def _choices(*values: str) -> dict:
+    return {"choices": values}
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 512  # width of every residual stream
+    n_heads: int = 8  # attention heads per layer; d_head = d_model / n_heads
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # on sublayer outputs and embeddings+positions
+    attention_dropout: float = 0.0  # on attention probabilities
+    norm: str = field(default="post", metadata=_choices("post", "pre"))  # paper: post-LayerNorm
+    tie_embeddings: bool = True  # share src/tgt embeddings and the output projection
+    max_positions: int = 1024  # length of the sinusoidal position table
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "bentrevett/multi30k"  # Hugging Face hub id, used when local_dir is null
+    dataset_config: str | None = None  # hub config name (e.g. "de-en" for wmt14)
+    local_dir: str | None = None  # read {split}.{lang}[.gz] or {split}.jsonl[.gz] from here instead
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    train_split: str = "train"
+    valid_split: str = "validation"
+    test_split: str = "test"
+    max_length: int = 128  # drop training pairs longer than this many subword tokens (either side)
+    max_train_examples: int = 0  # 0 = all; >0 keeps the first N pairs (for quick experiments)
+    vocab_size: int = 8000  # joint SentencePiece vocabulary
+    tokenizer_type: str = field(default="unigram", metadata=_choices("unigram", "bpe"))
+    character_coverage: float = 1.0
+    tokenizer_sample: int = 1_000_000  # sentences sampled to train the tokenizer (0 = all)
+    cache_dir: str = "~/.cache/mhatrain"  # where trained tokenizers are cached for reuse
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = field(default="bf16", metadata=_choices("bf16", "fp32"))  # autocast dtype
+    threads: int = 0  # CPU threads for torch (0 = torch's default)
+    max_tokens: int = 4096  # token budget per batch: sentences × longest side (src or tgt)
+    accum_steps: int = 1  # batches per optimiser update
+    max_epochs: int = 20
+    max_steps: int = 0  # stop after this many updates (0 = no limit)
+    lr_factor: float = 1.0  # multiplies the paper's d_model^-0.5 · min(s^-0.5, s·w^-1.5)
+    warmup_steps: int = 4000
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0  # gradient clipping by global norm (0 = off)
+    valid_every: int = 0  # validate every N updates (0 = at the end of each epoch)
+    valid_bleu: bool = True  # also decode the validation set and score BLEU
+    valid_beam: int = 1  # beam size for validation BLEU (1 = greedy, fastest)
+    valid_max_sentences: int = 0  # decode only the first N validation sentences (0 = all)
+    early_stop_metric: str = field(default="bleu", metadata=_choices("bleu", "loss"))
+    patience: int = 0  # stop after this many validations without improvement (0 = never)
+    checkpoint_every: int = 0  # also save last.pt every N updates (0 = only at validation)
+    log_every: int = 50  # print a progress line every N updates
+    compile: bool = False  # torch.compile the model (falls back to eager if it fails)
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 4
+    alpha: float = 0.6  # length penalty ((5 + len) / 6) ** alpha, as in the paper
+    max_len_a: float = 1.5  # output length limit: a · source_length + b
+    max_len_b: int = 10
+    batch_tokens: int = 6000  # source-token budget per decoding batch
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, validate."""
+    source = str(path) if path is not None else "<defaults>"
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    config = _build(raw, source)
+    for item in overrides:
+        apply_override(config, item)
+    validate(config, source)
+    return config
+
+
+def config_from_dict(raw: dict, source: str = "<dict>") -> Config:
+    config = _build(raw, source)
+    validate(config, source)
+    return config
+
+
+def _build(raw: dict, source: str) -> Config:
+    sections = {}
+    for name, value in raw.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"{source}: unknown section '{name}'{_did_you_mean(name, SECTIONS)}")
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(value).__name__}")
+        cls = _section_class(name)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, item in value.items():
+            if key not in known:
+                raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(key, known)}")
+            kwargs[key] = _coerce(item, known[key], f"{name}.{key}", source)
+        sections[name] = cls(**kwargs)
+    return Config(**sections)
+
+
+def apply_override(config: Config, item: str) -> None:
+    """Apply one `section.key=value` override; the value is parsed as YAML, then type-checked."""
+    source = f"--set {item}"
+    if "=" not in item:
+        raise ConfigError(f"{source}: expected section.key=value")
+    dotted, text = item.split("=", 1)
+    parts = dotted.strip().split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"{source}: expected section.key=value, e.g. train.max_tokens=2048")
+    name, key = parts
+    if name not in SECTIONS:
+        raise ConfigError(f"{source}: unknown section '{name}'{_did_you_mean(name, SECTIONS)}")
+    section = getattr(config, name)
+    known = {f.name: f for f in dataclasses.fields(section)}
+    if key not in known:
+        raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(key, known)}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    setattr(section, key, _coerce(value, known[key], dotted, source))
+
+
+def _section_class(name: str) -> type:
+    return {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}[name]
+
+
+def _did_you_mean(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{hint}; valid: {', '.join(sorted(options))}"
+
+
+def _coerce(value, f: dataclasses.Field, key: str, source: str):
+    """Check `value` against the field's annotated type; ints are accepted where floats are."""
+    hint = typing.get_type_hints(_owner_of(f))[f.name]
+    optional = type(None) in typing.get_args(hint)
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{source}: '{key}' must be {base.__name__}, got null")
+    ok = (
+        (base is bool and isinstance(value, bool))
+        or (base is int and isinstance(value, int) and not isinstance(value, bool))
+        or (base is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (base is str and isinstance(value, str))
+    )
+    if not ok:
+        raise ConfigError(f"{source}: '{key}' must be {base.__name__}, got {type(value).__name__} {value!r}")
+    if base is float:
+        value = float(value)
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _owner_of(f: dataclasses.Field) -> type:
+    for cls in (ModelConfig, DataConfig, TrainConfig, DecodeConfig):
+        if any(g is f for g in dataclasses.fields(cls)):
+            return cls
+    raise KeyError(f.name)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate(config: Config, source: str) -> None:
+    m, d, t, dec = config.model, config.data, config.train, config.decode
+
+    def fail(key: str, message: str):
+        raise ConfigError(f"{source}: '{key}' {message}")
+
+    positive = {
+        "model.d_model": m.d_model, "model.n_heads": m.n_heads, "model.d_ff": m.d_ff,
+        "model.n_encoder_layers": m.n_encoder_layers, "model.n_decoder_layers": m.n_decoder_layers,
+        "model.max_positions": m.max_positions, "data.max_length": d.max_length,
+        "data.vocab_size": d.vocab_size, "train.max_tokens": t.max_tokens,
+        "train.accum_steps": t.accum_steps, "train.max_epochs": t.max_epochs,
+        "train.warmup_steps": t.warmup_steps, "train.valid_beam": t.valid_beam,
+        "train.log_every": t.log_every, "decode.beam": dec.beam, "decode.batch_tokens": dec.batch_tokens,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            fail(key, f"must be positive, got {value}")
+    non_negative = {
+        "train.max_steps": t.max_steps, "train.valid_every": t.valid_every, "train.patience": t.patience,
+        "train.checkpoint_every": t.checkpoint_every, "train.threads": t.threads,
+        "train.clip_norm": t.clip_norm, "train.weight_decay": t.weight_decay,
+        "train.valid_max_sentences": t.valid_max_sentences, "data.max_train_examples": d.max_train_examples,
+        "data.tokenizer_sample": d.tokenizer_sample, "decode.alpha": dec.alpha,
+        "decode.max_len_a": dec.max_len_a, "decode.max_len_b": dec.max_len_b,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            fail(key, f"must not be negative, got {value}")
+    if m.d_model % m.n_heads:
+        fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads}")
+    for key, value in {"model.dropout": m.dropout, "model.attention_dropout": m.attention_dropout,
+                       "train.label_smoothing": t.label_smoothing}.items():
+        if not 0.0 <= value < 1.0:
+            fail(key, f"must be in [0, 1), got {value}")
+    for key, value in {"train.adam_beta1": t.adam_beta1, "train.adam_beta2": t.adam_beta2}.items():
+        if not 0.0 <= value < 1.0:
+            fail(key, f"must be in [0, 1), got {value}")
+    if t.lr_factor <= 0 or t.adam_eps <= 0:
+        fail("train.lr_factor" if t.lr_factor <= 0 else "train.adam_eps", "must be positive")
+    if not 0.0 < d.character_coverage <= 1.0:
+        fail("data.character_coverage", f"must be in (0, 1], got {d.character_coverage}")
+    if d.vocab_size < 16:
+        fail("data.vocab_size", f"must be at least 16, got {d.vocab_size}")
+    if d.src_lang == d.tgt_lang:
+        fail("data.tgt_lang", f"must differ from data.src_lang ('{d.src_lang}')")
+    if d.local_dir is not None and not Path(d.local_dir).expanduser().is_dir():
+        fail("data.local_dir", f"is not a directory: {d.local_dir}")
+    if d.max_length + 2 > m.max_positions:
+        fail("model.max_positions", f"must exceed data.max_length + 1 = {d.max_length + 1}, got {m.max_positions}")
+    device = t.device
+    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        fail("train.device", f"must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def dump_config(config: Config, path: Path) -> None:
+    """Write the resolved config as YAML (round-trips through load_config)."""
+    from .io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,0 +1,183 @@
+"""Greedy and beam search over the decoder cache.
+
+Beam search keeps B sentences × K beams as B·K rows of one batch. Each step scores every
+(beam, token) extension, keeps the K best unfinished ones per sentence and moves finished
+hypotheses (EOS) aside, scored with the paper's length penalty: log P(Y) / lp(Y),
+lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016). A sentence keeps its K best finished hypotheses
+and is done when it has K of them and its best unfinished beam, normalised at the current
+length, cannot beat the worst of them. Done sentences leave the batch, so the cache shrinks as
+the batch finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .config import DecodeConfig
+from .data import BOS, EOS, PAD, Tokenizer, batch_indices
+from .model import Transformer
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float):
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _max_steps(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> int:
+    longest = int((src != PAD).sum(1).max())
+    return min(int(cfg.max_len_a * longest + cfg.max_len_b), model.cfg.max_positions - 1)
+
+
+def _step_logprobs(model: Transformer, tokens: torch.Tensor, cache) -> torch.Tensor:
+    """[N, 1] last tokens → [N, V] float32 log-probabilities of the next token."""
+    logits = model.decode(tokens, cache.memory, cache.src_mask, cache=cache)
+    return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+
+@torch.no_grad()
+def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True) -> list[list[int]]:
+    """src: [B, S] → B token-id lists (without BOS/EOS)."""
+    B = src.size(0)
+    memory, src_mask = model.encode(src)
+    cache = model.new_cache(memory, src_mask) if use_cache else None
+    out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for _ in range(_max_steps(src, cfg, model)):
+        if cache is not None:
+            logp = _step_logprobs(model, out[:, -1:], cache)
+        else:
+            logp = torch.log_softmax(model.decode(out, memory, src_mask)[:, -1].float(), -1)
+        next_token = logp.argmax(-1).masked_fill(finished, PAD)
+        out = torch.cat([out, next_token[:, None]], dim=1)
+        finished |= next_token == EOS
+        if finished.all():
+            break
+    return [_strip(row) for row in out[:, 1:].tolist()]
+
+
+def _strip(ids: list[int]) -> list[int]:
+    if EOS in ids:
+        ids = ids[: ids.index(EOS)]
+    return [i for i in ids if i != PAD]
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: int | None = None,
+                alpha: float | None = None, use_cache: bool = True) -> list[list[int]]:
+    """src: [B, S] → for each sentence the best hypothesis's token ids (without BOS/EOS)."""
+    K = beam or cfg.beam
+    alpha = cfg.alpha if alpha is None else alpha
+    if K == 1:
+        return greedy_search(model, src, cfg, use_cache)
+    B, device = src.size(0), src.device
+    max_steps = _max_steps(src, cfg, model)
+    memory, src_mask = model.encode(src)
+    rows = torch.arange(B, device=device).repeat_interleave(K)  # [B·K] sentence of each row
+    cache = model.new_cache(memory.index_select(0, rows), src_mask.index_select(0, rows))
+    full_memory, full_mask = cache.memory, cache.src_mask
+
+    sentence = torch.arange(B, device=device)  # original index of each active sentence
+    tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
+    scores = torch.zeros(B, K, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep only the first alive
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+
+    for step in range(1, max_steps + 1):
+        n = sentence.numel()
+        if use_cache:
+            logp = _step_logprobs(model, tokens[:, -1:], cache)  # [n·K, V]
+        else:
+            logits = model.decode(tokens, cache.memory, cache.src_mask)
+            logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        V = logp.size(-1)
+        if step == max_steps:  # out of length: only EOS may follow
+            eos_only = torch.full_like(logp, float("-inf"))
+            eos_only[:, EOS] = logp[:, EOS]
+            logp = eos_only
+        candidates = (scores.view(-1, 1) + logp).view(n, K * V)
+        top_scores, top_index = candidates.topk(2 * K, dim=1)  # [n, 2K]: ≥ K of them are not EOS
+        top_beam, top_token = top_index // V, top_index % V
+        is_eos = top_token == EOS
+
+        # Finished hypotheses: EOS among the K best candidates of a sentence.
+        eos_rows, eos_cols = torch.nonzero(is_eos[:, :K], as_tuple=True)
+        if eos_rows.numel():
+            lp = length_penalty(step, alpha)
+            prefixes = tokens.view(n, K, -1)
+            for r, c in zip(eos_rows.tolist(), eos_cols.tolist()):
+                hyp = prefixes[r, int(top_beam[r, c]), 1:].tolist()
+                _keep_best(finished[int(sentence[r])], (float(top_scores[r, c]) / lp, hyp), K)
+
+        # Continue with the K best non-EOS candidates of each sentence.
+        rank = torch.arange(2 * K, device=device).expand(n, -1) + is_eos.long() * 2 * K
+        keep = rank.argsort(dim=1)[:, :K]  # [n, K]
+        scores = top_scores.gather(1, keep)
+        beam_of = top_beam.gather(1, keep)
+        token_of = top_token.gather(1, keep)
+        source_rows = (torch.arange(n, device=device)[:, None] * K + beam_of).view(-1)  # [n·K]
+        tokens = torch.cat([tokens.index_select(0, source_rows), token_of.view(-1, 1)], dim=1)
+
+        # Sentences whose finished hypotheses cannot be beaten any more leave the batch.
+        best_alive = (scores[:, 0] / length_penalty(step, alpha)).tolist()
+        done = torch.tensor([len(finished[b]) >= K and best_alive[r] <= min(f[0] for f in finished[b])
+                             for r, b in enumerate(sentence.tolist())], device=device)
+        if done.all():
+            break
+        active = (~done).nonzero(as_tuple=True)[0]
+        if done.any():
+            sentence, scores = sentence[active], scores[active]
+            source_rows = source_rows.view(n, K)[active].view(-1)
+            tokens = tokens.view(n, K, -1)[active].view(len(active) * K, -1)
+        cache.reorder(source_rows)
+
+    results = []
+    for b in range(B):
+        best = max(finished[b], key=lambda item: item[0]) if finished[b] else (0.0, [])
+        results.append(_strip(best[1]))
+    return results
+
+
+def _keep_best(finished: list, item: tuple[float, list[int]], k: int) -> None:
+    """Add a finished hypothesis, keeping only the k best by normalised score."""
+    if len(finished) < k:
+        finished.append(item)
+    else:
+        worst = min(range(k), key=lambda i: finished[i][0])
+        if item[0] > finished[worst][0]:
+            finished[worst] = item
+
+
+def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfig, device,
+                  beam: int | None = None, alpha: float | None = None, precision: str = "fp32",
+                  use_cache: bool = True, progress=None) -> list[list[int]]:
+    """Translate token-id sequences (without EOS) in length-sorted batches; returns ids in input order."""
+    model.eval()
+    limit = model.cfg.max_positions - 1
+    src_ids = [s[: limit - 1] + [EOS] for s in sources]
+    batches = batch_indices([len(s) for s in src_ids], cfg.batch_tokens * max(1, 4 // (beam or cfg.beam)))
+    out: list[list[int] | None] = [None] * len(src_ids)
+    autocast = (
+        torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+        if precision == "bf16" else contextlib.nullcontext()
+    )
+    with autocast:
+        for indices in batches:
+            seqs = [src_ids[i] for i in indices]
+            src = torch.full((len(seqs), max(map(len, seqs))), PAD, dtype=torch.long)
+            for row, seq in enumerate(seqs):
+                src[row, : len(seq)] = torch.tensor(seq)
+            hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache)
+            for i, hyp in zip(indices, hyps):
+                out[i] = hyp
+            if progress is not None:
+                progress(len(indices))
+    return out
+
+
+def translate(model: Transformer, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig, device,
+              beam: int | None = None, alpha: float | None = None, precision: str = "fp32",
+              progress=None) -> list[str]:
+    """Raw sentences in, detokenised translations out."""
+    ids = translate_ids(model, tokenizer.encode(sentences), cfg, device, beam, alpha, precision, progress=progress)
+    return tokenizer.decode(ids)

@@ -1,0 +1,241 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (§3).
+
+Shape legend: B batch · S source length · T target length · D d_model · V vocabulary.
+Masks are boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import KVCache, MultiHeadAttention
+from .config import ModelConfig
+from .data import PAD
+from .dropout import Dropout
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...): [n_positions, D]."""
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table
+
+
+def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token."""
+    return (tokens != PAD)[:, None, None, :]
+
+
+def causal_mask(length: int, device=None) -> torch.Tensor:
+    """[1, 1, T, T]: position t may attend to positions ≤ t."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (the paper has no dropout inside the FFN)"""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class Residual(nn.Module):
+    """x + Dropout(Sublayer(x)) with LayerNorm after (post, the paper) or before (pre) the sublayer."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
+
+    def forward(self, x, sublayer):
+        if self.pre_norm:
+            out, extra = sublayer(self.norm(x))
+            return x + self.dropout(out), extra
+        out, extra = sublayer(x)
+        return self.norm(x + self.dropout(out)), extra
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x, src_mask, need_weights=False, head_gate=None):
+        x, probs = self.res_attn(
+            x, lambda h: self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
+        )
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x, probs
+
+
+@dataclass
+class LayerCache:
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None,
+                need_weights=False, gates=(None, None)):
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
+        y, self_probs = self.res_self(
+            y, lambda h: self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0])
+        )
+        y, cross_probs = self.res_cross(
+            y, lambda h: self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1])
+        )
+        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        return y, self_probs, cross_probs
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer key/value caches for incremental decoding, plus the encoder side it belongs to."""
+
+    layers: list[LayerCache]
+    memory: torch.Tensor  # [B, S, D]
+    src_mask: torch.Tensor  # [B, 1, 1, S]
+    length: int = 0  # target positions decoded so far
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+
+
+@dataclass
+class Attention:
+    """Per-layer attention probabilities, each [B, H, Tq, Tk] (filled when asked for)."""
+
+    enc_self: list[torch.Tensor] = field(default_factory=list)
+    dec_self: list[torch.Tensor] = field(default_factory=list)
+    cross: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class HeadGates:
+    """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep)."""
+
+    enc_self: torch.Tensor | None = None
+    dec_self: torch.Tensor | None = None
+    cross: torch.Tensor | None = None
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD)
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.embed_dropout = Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        # Pre-norm stacks need a final LayerNorm; post-norm outputs are already normalised.
+        pre = cfg.norm == "pre"
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_embeddings:
+            self.output.weight = self.embed.weight
+
+    def _init_weights(self):
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "norm" not in name:
+                nn.init.xavier_uniform_(p)
+        # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
+        nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[PAD].zero_()
+
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """[B, T] → [B, T, D]: embedding · sqrt(D) + position encoding, then dropout."""
+        T = tokens.size(1)
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + T]
+        return self.embed_dropout(x)
+
+    def encode(self, src: torch.Tensor, attention: Attention | None = None,
+               gates: HeadGates | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
+        src_mask = padding_mask(src)
+        x = self._embed(src)
+        for i, layer in enumerate(self.encoder):
+            gate = gates.enc_self[i] if gates is not None and gates.enc_self is not None else None
+            x, probs = layer(x, src_mask, need_weights=attention is not None, head_gate=gate)
+            if attention is not None:
+                attention.enc_self.append(probs)
+        return self.enc_norm(x), src_mask
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+               cache: DecoderCache | None = None, attention: Attention | None = None,
+               gates: HeadGates | None = None) -> torch.Tensor:
+        """tgt_in: [B, T] (BOS + target so far) → logits [B, T, V].
+
+        With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
+        """
+        offset = cache.length if cache is not None else 0
+        T = tgt_in.size(1)
+        # New positions may see every cached position and the new ones causally.
+        tgt_mask = causal_mask(offset + T, tgt_in.device)[:, :, offset:, :]
+        if cache is None:
+            tgt_mask = tgt_mask & padding_mask(tgt_in)
+        y = self._embed(tgt_in, offset)
+        for i, layer in enumerate(self.decoder):
+            layer_gates = (
+                gates.dec_self[i] if gates is not None and gates.dec_self is not None else None,
+                gates.cross[i] if gates is not None and gates.cross is not None else None,
+            )
+            y, self_probs, cross_probs = layer(
+                y, memory, tgt_mask, src_mask, cache.layers[i] if cache is not None else None,
+                need_weights=attention is not None, gates=layer_gates,
+            )
+            if attention is not None:
+                attention.dec_self.append(self_probs)
+                attention.cross.append(cross_probs)
+        if cache is not None:
+            cache.length += T
+        return self.output(self.dec_norm(y))
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits [B, T, V] for training."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
+
+    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
+        return DecoderCache([LayerCache() for _ in self.decoder], memory, src_mask)
+
+
+def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:
+    return Transformer(cfg, vocab_size)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())

@@ -1,0 +1,112 @@
+"""Using a trained run: load it, translate with it, evaluate it on a split."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from .checkpoint import open_run
+from .config import Config, apply_override, validate
+from .data import Tokenizer, load_split
+from .decode import translate
+from .errors import MhatrainError
+from .evaluate import score
+from .io import atomic_write_json, atomic_write_text
+from .model import Transformer, build_model, count_parameters
+from .train import resolve_device
+
+MAX_INPUT_CHARS = 10_000
+
+
+@dataclass
+class LoadedRun:
+    config: Config
+    model: Transformer
+    tokenizer: Tokenizer
+    device: torch.device
+    step: int
+
+
+def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> LoadedRun:
+    config, state, tokenizer_path = open_run(Path(run_dir), which)
+    for item in overrides:
+        apply_override(config, item)
+    validate(config, f"{run_dir}/config.yaml")
+    tokenizer = Tokenizer(tokenizer_path)
+    if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
+        raise MhatrainError(f"{run_dir}: checkpoint was made with a different vocabulary than spm.model")
+    device = resolve_device(config.train.device)
+    model = build_model(config.model, tokenizer.vocab_size)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        raise MhatrainError(f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})") from None
+    model.to(device).eval()
+    return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)))
+
+
+def split_name(config: Config, split: str) -> str:
+    """Map train/valid/test to the data source's split names; other names pass through."""
+    return {"train": config.data.train_split, "valid": config.data.valid_split,
+            "validation": config.data.valid_split, "test": config.data.test_split}.get(split, split)
+
+
+def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | None, which: str,
+                 overrides: list[str], console: Console) -> dict:
+    run = load_run(run_dir, which, overrides)
+    beam = beam or run.config.decode.beam
+    alpha = run.config.decode.alpha if alpha is None else alpha
+    corpus = load_split(run.config.data, split_name(run.config, split))
+    console.print(f"translating {len(corpus)} sentences of '{split}' with beam {beam}, alpha {alpha} "
+                  f"({which} checkpoint, update {run.step})")
+    started = time.perf_counter()
+    hyps = translate(run.model, run.tokenizer, corpus.src, run.config.decode, run.device, beam, alpha,
+                     run.config.train.precision)
+    seconds = time.perf_counter() - started
+    result = score(hyps, corpus.tgt)
+    result.update(split=split, source=corpus.name, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
+                  parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
+                  sentences_per_s=round(len(hyps) / seconds, 1))
+    out_dir = Path(run_dir) / "eval"
+    stem = f"{split}.beam{beam}"
+    atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
+    atomic_write_json(out_dir / f"{stem}.json", result)
+    table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences)")
+    table.add_column("metric")
+    table.add_column("score", justify="right")
+    table.add_column("signature")
+    table.add_row("BLEU (sacreBLEU, cased, detokenised)", f"{result['bleu']:.2f}", result["bleu_signature"])
+    table.add_row("chrF", f"{result['chrf']:.2f}", result["chrf_signature"])
+    table.add_row("BLEU lowercased, 13a-tokenised (literature)", f"{result['bleu_lowercased_tokenized']:.2f}",
+                  result["bleu_lowercased_tokenized_signature"])
+    console.print(table)
+    console.print(f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
+                  f"({result['sentences_per_s']} sentences/s)")
+    return result
+
+
+def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, alpha: float | None,
+                    console: Console) -> list[str]:
+    from_stdin = lines is None
+    if from_stdin:
+        lines = [line.rstrip("\n") for line in sys.stdin]
+    for number, line in enumerate(lines, 1):
+        where = f"stdin line {number}" if from_stdin else f"argument {number}"
+        if not line.strip():
+            raise MhatrainError(f"{where}: empty input, nothing to translate")
+        if len(line) > MAX_INPUT_CHARS:
+            raise MhatrainError(f"{where}: input of {len(line)} characters is over the limit of {MAX_INPUT_CHARS}")
+    if not lines:
+        raise MhatrainError("no input: give sentences as arguments or on stdin")
+    run = load_run(run_dir)
+    outputs = translate(run.model, run.tokenizer, lines, run.config.decode, run.device, beam, alpha,
+                        run.config.train.precision)
+    for text in outputs:
+        print(text, flush=True)
+    return outputs

@@ -1,0 +1,394 @@
+"""Training: data preparation, the loss, the paper's learning-rate schedule, and the loop.
+
+The loop reads top to bottom: for each epoch, deterministic token batches; for each update,
+`accum_steps` batches of forward/backward, clip, Adam step; validate and checkpoint at the
+configured interval; stop on max_epochs, max_steps, early stopping or a signal.
+Resuming restores model, optimiser, step, data position and RNG state, so a resumed run
+produces the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import data as D
+from .checkpoint import check_compatible, load_latest, save_checkpoint
+from .config import Config, dump_config
+from .decode import translate_ids
+from .errors import CheckpointError, MhatrainError
+from .evaluate import bleu_score
+from .io import append_jsonl, atomic_write_text
+from .model import Transformer, build_model, count_parameters
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise MhatrainError(f"train.device={name} but CUDA is not available on this machine")
+    return device
+
+
+def autocast(device: torch.device, precision: str):
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass
+class Prepared:
+    tokenizer: D.Tokenizer
+    train: D.Encoded
+    valid: D.Encoded
+    valid_refs: list[str]
+    valid_src: list[list[int]]
+
+
+def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
+    """Load train/validation text, train or reuse the tokenizer, encode and filter."""
+    cfg = config.data
+    train_corpus = D.load_split(cfg, cfg.train_split)
+    if cfg.max_train_examples:
+        keep = cfg.max_train_examples
+        train_corpus = D.Corpus(train_corpus.name, train_corpus.src[:keep], train_corpus.tgt[:keep])
+    valid_corpus = D.load_split(cfg, cfg.valid_split)
+    existing = run_dir / "spm.model"
+    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, train_corpus, log)
+    tokenizer = D.install_tokenizer(source, run_dir)
+    train = D.encode_corpus(tokenizer, train_corpus, cfg.max_length)
+    if len(train) == 0:
+        raise D.DataError(f"{train_corpus.name}: no training pairs left after filtering")
+    log(
+        f"data: {len(train)} training pairs kept of {len(train_corpus)} "
+        f"({train.dropped_empty} empty, {train.dropped_long} longer than {cfg.max_length} tokens dropped); "
+        f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
+    )
+    valid = D.encode_corpus(tokenizer, valid_corpus, None)
+    # Validation loss needs non-empty pairs; BLEU is scored on every sentence.
+    keep = [k for k in range(len(valid)) if valid.src[k] and valid.tgt[k]]
+    valid_loss = D.Encoded([valid.src[k][: cfg.max_length] for k in keep],
+                           [valid.tgt[k][: cfg.max_length] for k in keep], keep)
+    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src)
+
+
+# ----------------------------------------------------------------------------- loss and validation
+
+
+def batch_loss(model: Transformer, batch: D.Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over the batch's target tokens."""
+    logits = model(batch.src, batch.tgt_in).float()  # [B, T, V]
+    flat_logits, flat_gold = logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1)
+    loss = F.cross_entropy(flat_logits, flat_gold, ignore_index=D.PAD, label_smoothing=smoothing, reduction="sum")
+    with torch.no_grad():
+        nll = F.cross_entropy(flat_logits, flat_gold, ignore_index=D.PAD, reduction="sum")
+    return loss, nll
+
+
+@torch.no_grad()
+def validate(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
+    """Validation loss, per-token perplexity and (if enabled) BLEU of greedy/beam output."""
+    model.eval()
+    nll_sum, n_tokens = 0.0, 0
+    with autocast(device, config.train.precision):
+        for indices in D.batch_indices(D.pair_lengths(prepared.valid), config.train.max_tokens):
+            batch = D.collate(prepared.valid, indices).to(device)
+            _, nll = batch_loss(model, batch, 0.0)
+            nll_sum += float(nll)
+            n_tokens += batch.n_tgt_tokens
+    result = {"valid_loss": nll_sum / n_tokens, "valid_ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
+    if config.train.valid_bleu:
+        limit = config.train.valid_max_sentences or len(prepared.valid_src)
+        ids = translate_ids(model, prepared.valid_src[:limit], config.decode, device,
+                            beam=config.train.valid_beam, precision=config.train.precision)
+        bleu, signature = bleu_score(prepared.tokenizer.decode(ids), prepared.valid_refs[:limit])
+        result.update(valid_bleu=round(bleu, 2), bleu_signature=signature)
+    model.train()
+    return result
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint."""
+
+    step: int = 0  # optimiser updates done
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # next batch of the current epoch
+    best_score: float | None = None
+    best_step: int = 0
+    bad_validations: int = 0
+    train_seconds: float = 0.0  # time in training steps
+    valid_seconds: float = 0.0  # time in validation
+    target_tokens: int = 0
+    finished: bool = False
+    stop_reason: str = ""
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_as_tuple(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuple(x):
+    return tuple(_as_tuple(i) for i in x) if isinstance(x, (list, tuple)) else x
+
+
+class StopSignal:
+    """SIGINT/SIGTERM ask the loop to checkpoint at the next update and exit; a second SIGINT aborts."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> dict:
+    """Train (or resume) the run in `run_dir`; returns a summary dict."""
+    from .progress import TrainDisplay
+
+    log = console.print if console is not None else print
+    run_dir = Path(run_dir)
+    t = config.train
+    last = load_latest(run_dir, log) if resume else None
+    if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
+        raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
+    if last is not None:
+        check_compatible(last, config, str(run_dir / "last.pt"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(config, run_dir / "config.yaml")
+
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    device = resolve_device(t.device)
+    torch.manual_seed(t.seed)
+    random.seed(t.seed)
+    prepared = prepare_data(config, run_dir, log)
+    vocab_fp = prepared.tokenizer.fingerprint()
+    model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor),
+                                 betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay)
+    progress = Progress()
+    if last is not None:
+        check_compatible(last, config, str(run_dir / "last.pt"), vocab_fp)
+        model.load_state_dict(last["model"])
+        optimizer.load_state_dict(last["optimizer"])
+        progress = Progress(**last["progress"])
+        _set_rng_state(last["rng"])
+        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
+        log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
+    n_params = count_parameters(model)
+    log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
+    if progress.finished:
+        log(f"run already finished ({progress.stop_reason}); nothing to do")
+        return _summary(progress, n_params, run_dir)
+    step_model = _maybe_compile(model, t.compile, log)
+
+    def checkpoint():
+        save_checkpoint(run_dir / "last.pt", {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
+            "rng": _rng_state(), "config": config.to_dict(), "vocab_fingerprint": vocab_fp,
+            "vocab_size": prepared.tokenizer.vocab_size,
+        })
+
+    lengths = D.pair_lengths(prepared.train)
+    per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / t.accum_steps)
+    total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
+    tokens_per_update = t.max_tokens * t.accum_steps
+    log(f"batches: ≤{t.max_tokens} tokens × {t.accum_steps} accumulation = ≤{tokens_per_update} tokens per update; "
+        f"{per_epoch} updates per epoch")
+    model.train()
+    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
+        while progress.epoch < t.max_epochs and not progress.finished:
+            batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
+            while progress.batch_in_epoch < len(batches):
+                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + t.accum_steps]
+                started = time.perf_counter()
+                stats = _update(step_model, model, optimizer, prepared.train, group, config, device, progress.step + 1)
+                progress.train_seconds += time.perf_counter() - started
+                progress.step += 1
+                progress.batch_in_epoch += len(group)
+                progress.target_tokens += stats["tokens"]
+                if progress.step % t.log_every == 0 or progress.step == 1:
+                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
+                              "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
+                    append_jsonl(run_dir / "metrics.jsonl", record)
+                    display.log(record)
+                display.advance(progress.step, stats)
+                end_of_epoch = progress.batch_in_epoch >= len(batches)
+                if end_of_epoch:
+                    progress.epoch += 1
+                    progress.batch_in_epoch = 0
+                if (t.valid_every and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
+                    _validate_and_track(model, prepared, config, device, progress, run_dir, display)
+                    checkpoint()
+                elif t.checkpoint_every and progress.step % t.checkpoint_every == 0:
+                    checkpoint()
+                if t.max_steps and progress.step >= t.max_steps:
+                    progress.finished, progress.stop_reason = True, f"reached max_steps={t.max_steps}"
+                elif t.patience and progress.bad_validations >= t.patience:
+                    progress.finished, progress.stop_reason = True, f"early stopping after {t.patience} validations without improvement"
+                elif progress.epoch >= t.max_epochs:
+                    progress.finished, progress.stop_reason = True, f"reached max_epochs={t.max_epochs}"
+                if progress.finished or stop.received:
+                    break
+                if end_of_epoch:
+                    break
+            if stop.received and not progress.finished:
+                checkpoint()
+                log(f"received {stop.received}: checkpoint saved at update {progress.step}; "
+                    f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
+                raise SystemExit(130 if stop.received == "SIGINT" else 143)
+        if progress.finished and not _validated_at(run_dir, progress.step):
+            _validate_and_track(model, prepared, config, device, progress, run_dir, display)
+        progress.finished = True
+        progress.stop_reason = progress.stop_reason or f"reached max_epochs={t.max_epochs}"
+        checkpoint()
+    summary = _summary(progress, n_params, run_dir)
+    atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+    log(f"done: {progress.stop_reason}; best {t.early_stop_metric} {progress.best_score} at update {progress.best_step}")
+    return summary
+
+
+def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]], config: Config,
+            device: torch.device, step: int) -> dict:
+    """One optimiser update over `group` (accumulated batches); loss is averaged over target tokens."""
+    t = config.train
+    batches = [D.collate(data, indices) for indices in group]
+    n_tokens = sum(b.n_tgt_tokens for b in batches)
+    loss_sum = nll_sum = 0.0
+    pad, cells = 0, 0
+    for batch in batches:
+        p, c = batch.padding_cells
+        pad, cells = pad + p, cells + c
+        batch = batch.to(device)
+        with autocast(device, t.precision):
+            loss, nll = batch_loss(step_model, batch, t.label_smoothing)
+        (loss / n_tokens).backward()
+        loss_sum += float(loss)
+        nll_sum += float(nll)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
+    lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,
+            "grad_norm": round(float(grad_norm), 3), "tokens": n_tokens, "padding": round(pad / cells, 3)}
+
+
+def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display) -> None:
+    t = config.train
+    started = time.perf_counter()
+    result = validate(model, prepared, config, device)
+    progress.valid_seconds += time.perf_counter() - started
+    score = result["valid_bleu"] if t.early_stop_metric == "bleu" and "valid_bleu" in result else -result["valid_loss"]
+    improved = progress.best_score is None or score > progress.best_score
+    if improved:
+        progress.best_score, progress.best_step, progress.bad_validations = score, progress.step, 0
+        save_checkpoint(run_dir / "best.pt", {"model": model.state_dict(), "config": config.to_dict(),
+                                             "progress": asdict(progress), "vocab_fingerprint": prepared.tokenizer.fingerprint(),
+                                             "vocab_size": prepared.tokenizer.vocab_size})
+    else:
+        progress.bad_validations += 1
+    record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
+              "valid_seconds": round(time.perf_counter() - started, 1)}
+    append_jsonl(run_dir / "metrics.jsonl", record)
+    display.log(record)
+
+
+def _validated_at(run_dir: Path, step: int) -> bool:
+    for record in _read_metrics(run_dir / "metrics.jsonl"):
+        if record.get("kind") == "valid" and record.get("step") == step:
+            return True
+    return False
+
+
+def _read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: drop it
+            continue
+    return records
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop records written after the checkpoint we resume from (they will be written again)."""
+    if path.is_file():
+        kept = [r for r in _read_metrics(path) if r.get("step", 0) <= step]
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+
+
+def _maybe_compile(model, enabled: bool, log):
+    if not enabled:
+        return model
+    try:
+        return torch.compile(model)
+    except Exception as exc:  # compile is an optimisation: never fatal
+        log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
+        return model
+
+
+def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
+    wall = progress.train_seconds + progress.valid_seconds
+    return {
+        "run_dir": str(run_dir), "parameters": n_params, "updates": progress.step, "epochs": progress.epoch,
+        "stop_reason": progress.stop_reason, "best_score": progress.best_score, "best_step": progress.best_step,
+        "train_seconds": round(progress.train_seconds, 1), "valid_seconds": round(progress.valid_seconds, 1),
+        "valid_share": round(progress.valid_seconds / wall, 3) if wall else 0.0,
+        "target_tokens": progress.target_tokens,
+        "tokens_per_s": round(progress.target_tokens / progress.train_seconds, 1) if progress.train_seconds else 0.0,
+    }
