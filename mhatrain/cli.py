@@ -17,7 +17,7 @@ from .errors import MhatrainError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train, evaluate and study multi-head attention in Transformer translation models.")
-console = Console()
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -77,6 +77,37 @@ def translate(
 
     lines = list(text) if text else None
     translate_lines(run_dir, lines, beam, alpha, console)
+
+
+@app.command()
+def attention(
+    run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
+    sentence: str = typer.Argument(..., help="Source sentence to translate and look at."),
+    layer: str = typer.Option("all", "--layer", help="Layer number (from 1) or all."),
+    kind: str = typer.Option("all", "--kind", help="enc-self, dec-self, cross or all."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+):
+    """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
+    from .heads import show_attention
+
+    show_attention(run_dir, sentence, layer, kind, out, console)
+
+
+@app.command()
+def heads(
+    run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
+    split: str = typer.Option("valid", "--split", help="train, valid, test, or a split name of the data source."),
+    metric: str = typer.Option("bleu", "--metric", help="bleu (decode; also reports loss) or loss (teacher forcing only, fast)."),
+    max_sentences: int = typer.Option(500, "--max-sentences", min=0, help="Judge heads on the first N pairs (0 = all)."),
+    beam: int = typer.Option(1, "--beam", min=1, help="Beam size for BLEU (1 = greedy, fastest)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+):
+    """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves."""
+    from .heads import analyse_heads
+
+    analyse_heads(run_dir, split, metric, max_sentences, beam, out, checkpoint, set_ or [], console)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import torch
 
 from .config import DecodeConfig
 from .data import BOS, EOS, PAD, Tokenizer, batch_indices
-from .model import Transformer
+from .model import HeadGates, Transformer
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
@@ -29,25 +29,26 @@ def _max_steps(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> int:
     return min(int(cfg.max_len_a * longest + cfg.max_len_b), model.cfg.max_positions - 1)
 
 
-def _step_logprobs(model: Transformer, tokens: torch.Tensor, cache) -> torch.Tensor:
+def _step_logprobs(model: Transformer, tokens: torch.Tensor, cache, gates: HeadGates | None = None) -> torch.Tensor:
     """[N, 1] last tokens → [N, V] float32 log-probabilities of the next token."""
-    logits = model.decode(tokens, cache.memory, cache.src_mask, cache=cache)
+    logits = model.decode(tokens, cache.memory, cache.src_mask, cache=cache, gates=gates)
     return torch.log_softmax(logits[:, -1].float(), dim=-1)
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True) -> list[list[int]]:
-    """src: [B, S] → B token-id lists (without BOS/EOS)."""
+def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True,
+                  gates: HeadGates | None = None) -> list[list[int]]:
+    """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates)."""
     B = src.size(0)
-    memory, src_mask = model.encode(src)
+    memory, src_mask = model.encode(src, gates=gates)
     cache = model.new_cache(memory, src_mask) if use_cache else None
     out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(_max_steps(src, cfg, model)):
         if cache is not None:
-            logp = _step_logprobs(model, out[:, -1:], cache)
+            logp = _step_logprobs(model, out[:, -1:], cache, gates)
         else:
-            logp = torch.log_softmax(model.decode(out, memory, src_mask)[:, -1].float(), -1)
+            logp = torch.log_softmax(model.decode(out, memory, src_mask, gates=gates)[:, -1].float(), -1)
         next_token = logp.argmax(-1).masked_fill(finished, PAD)
         out = torch.cat([out, next_token[:, None]], dim=1)
         finished |= next_token == EOS
@@ -64,15 +65,15 @@ def _strip(ids: list[int]) -> list[int]:
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: int | None = None,
-                alpha: float | None = None, use_cache: bool = True) -> list[list[int]]:
+                alpha: float | None = None, use_cache: bool = True, gates: HeadGates | None = None) -> list[list[int]]:
     """src: [B, S] → for each sentence the best hypothesis's token ids (without BOS/EOS)."""
     K = beam or cfg.beam
     alpha = cfg.alpha if alpha is None else alpha
     if K == 1:
-        return greedy_search(model, src, cfg, use_cache)
+        return greedy_search(model, src, cfg, use_cache, gates)
     B, device = src.size(0), src.device
     max_steps = _max_steps(src, cfg, model)
-    memory, src_mask = model.encode(src)
+    memory, src_mask = model.encode(src, gates=gates)
     rows = torch.arange(B, device=device).repeat_interleave(K)  # [B·K] sentence of each row
     cache = model.new_cache(memory.index_select(0, rows), src_mask.index_select(0, rows))
     full_memory, full_mask = cache.memory, cache.src_mask
@@ -86,9 +87,9 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
     for step in range(1, max_steps + 1):
         n = sentence.numel()
         if use_cache:
-            logp = _step_logprobs(model, tokens[:, -1:], cache)  # [n·K, V]
+            logp = _step_logprobs(model, tokens[:, -1:], cache, gates)  # [n·K, V]
         else:
-            logits = model.decode(tokens, cache.memory, cache.src_mask)
+            logits = model.decode(tokens, cache.memory, cache.src_mask, gates=gates)
             logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
         V = logp.size(-1)
         if step == max_steps:  # out of length: only EOS may follow
@@ -150,7 +151,7 @@ def _keep_best(finished: list, item: tuple[float, list[int]], k: int) -> None:
 
 def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfig, device,
                   beam: int | None = None, alpha: float | None = None, precision: str = "fp32",
-                  use_cache: bool = True, progress=None) -> list[list[int]]:
+                  use_cache: bool = True, progress=None, gates: HeadGates | None = None) -> list[list[int]]:
     """Translate token-id sequences (without EOS) in length-sorted batches; returns ids in input order."""
     model.eval()
     limit = model.cfg.max_positions - 1
@@ -167,7 +168,7 @@ def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfi
             src = torch.full((len(seqs), max(map(len, seqs))), PAD, dtype=torch.long)
             for row, seq in enumerate(seqs):
                 src[row, : len(seq)] = torch.tensor(seq)
-            hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache)
+            hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache, gates)
             for i, hyp in zip(indices, hyps):
                 out[i] = hyp
             if progress is not None:

@@ -77,15 +77,15 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
     stem = f"{split}.beam{beam}"
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write_json(out_dir / f"{stem}.json", result)
-    table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences)")
+    table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences, beam {beam}, alpha {alpha})")
     table.add_column("metric")
     table.add_column("score", justify="right")
-    table.add_column("signature")
-    table.add_row("BLEU (sacreBLEU, cased, detokenised)", f"{result['bleu']:.2f}", result["bleu_signature"])
-    table.add_row("chrF", f"{result['chrf']:.2f}", result["chrf_signature"])
-    table.add_row("BLEU lowercased, 13a-tokenised (literature)", f"{result['bleu_lowercased_tokenized']:.2f}",
-                  result["bleu_lowercased_tokenized_signature"])
+    table.add_row("BLEU (sacreBLEU: cased, detokenised)", f"{result['bleu']:.2f}")
+    table.add_row("chrF", f"{result['chrf']:.2f}")
+    table.add_row("BLEU lowercased, 13a-tokenised (for the literature)", f"{result['bleu_lowercased_tokenized']:.2f}")
     console.print(table)
+    console.print(f"BLEU signature: {result['bleu_signature']}\nchrF signature: {result['chrf_signature']}\n"
+                  f"lowercased BLEU signature: {result['bleu_lowercased_tokenized_signature']}", highlight=False)
     console.print(f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
                   f"({result['sentences_per_s']} sentences/s)")
     return result

@@ -223,6 +223,9 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         progress = Progress(**last["progress"])
+        # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
+        progress.stop_reason = stop_reason(progress, t)
+        progress.finished = bool(progress.stop_reason)
         _set_rng_state(last["rng"])
         _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
@@ -273,12 +276,8 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
                     checkpoint()
                 elif t.checkpoint_every and progress.step % t.checkpoint_every == 0:
                     checkpoint()
-                if t.max_steps and progress.step >= t.max_steps:
-                    progress.finished, progress.stop_reason = True, f"reached max_steps={t.max_steps}"
-                elif t.patience and progress.bad_validations >= t.patience:
-                    progress.finished, progress.stop_reason = True, f"early stopping after {t.patience} validations without improvement"
-                elif progress.epoch >= t.max_epochs:
-                    progress.finished, progress.stop_reason = True, f"reached max_epochs={t.max_epochs}"
+                progress.stop_reason = stop_reason(progress, t)
+                progress.finished = bool(progress.stop_reason)
                 if progress.finished or stop.received:
                     break
                 if end_of_epoch:
@@ -299,6 +298,17 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
     return summary
 
 
+def stop_reason(progress: Progress, t) -> str:
+    """Why training should stop now, or "" to go on."""
+    if t.max_steps and progress.step >= t.max_steps:
+        return f"reached max_steps={t.max_steps}"
+    if t.patience and progress.bad_validations >= t.patience:
+        return f"early stopping after {t.patience} validations without improvement"
+    if progress.epoch >= t.max_epochs:
+        return f"reached max_epochs={t.max_epochs}"
+    return ""
+
+
 def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]], config: Config,
             device: torch.device, step: int) -> dict:
     """One optimiser update over `group` (accumulated batches); loss is averaged over target tokens."""
@@ -314,7 +324,7 @@ def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]
         with autocast(device, t.precision):
             loss, nll = batch_loss(step_model, batch, t.label_smoothing)
         (loss / n_tokens).backward()
-        loss_sum += float(loss)
+        loss_sum += float(loss.detach())
         nll_sum += float(nll)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
     lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)

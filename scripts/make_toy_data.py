@@ -28,7 +28,7 @@ def phrase(rng: random.Random) -> tuple[str, str]:
 def sentence(rng: random.Random) -> tuple[str, str]:
     (s1, t1), (s2, t2) = phrase(rng), phrase(rng)
     verb = rng.choice(list(VERBS))
-    return f"{s1} {verb} {s2} .".capitalize(), f"{t1} {VERBS[verb]} {t2} .".capitalize()
+    return f"{s1} {verb} {s2}.".capitalize(), f"{t1} {VERBS[verb]} {t2}.".capitalize()
 
 
 def write(out: Path, sizes: dict[str, int], seed: int = 0) -> None:

@@ -1,0 +1,165 @@
+"""Figures for the head analysis, drawn with matplotlib's Agg backend (no display needed).
+
+Every figure is sized from the shape of its data, so any number of layers, heads and tokens
+works; heads are always drawn one by one, never averaged. Figures are built as plain
+`Figure` objects on an Agg canvas (no pyplot global state, nothing left open).
+
+Shape legend: L layers · H heads · Tq query length · Tk key length.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .io import atomic_write
+
+MAX_PIXELS = 16_000  # longest side of a saved PNG; dpi shrinks to stay under it
+MAX_GRID_WIDTH_IN = 90.0  # the head grid of a 32-head model stays a (wide) poster, not a wall
+
+
+def _save(fig: Figure, path: Path, width_in: float, height_in: float) -> None:
+    dpi = max(30, min(130, int(MAX_PIXELS / max(width_in, height_in))))
+    FigureCanvasAgg(fig)
+    atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=dpi), binary=True)
+
+
+def _label_step(n_labels: int, span_pt: float, min_font: float = 4.0) -> tuple[int, float]:
+    """Show every k-th of n labels along span_pt points: (k, font size) with font size ≥ min_font."""
+    per_label = span_pt / max(n_labels, 1)
+    step = max(1, int(np.ceil(min_font / max(per_label * 0.85, 1e-6))))
+    return step, float(np.clip(per_label * step * 0.85, min_font, 9.0))
+
+
+def _ticks(axis_setter, labels_setter, labels: list[str], step: int, size: float, rotation: int = 0):
+    positions = list(range(0, len(labels), step))
+    axis_setter(positions)
+    labels_setter([labels[p] for p in positions], fontsize=size, rotation=rotation)
+
+
+def attention_grid(maps: np.ndarray, layer_numbers: list[int], query_labels: list[str], key_labels: list[str],
+                   title: str, path: Path, query_name: str = "query", key_name: str = "key") -> None:
+    """One heatmap per head in a layers × heads grid; maps: [L, H, Tq, Tk] probabilities.
+
+    Every cell uses the same 0..1 colour scale so heads can be compared. Token labels sit on the
+    left column (queries) and the bottom row (keys); all cells share them.
+    """
+    maps = np.asarray(maps, dtype=np.float32)
+    if maps.ndim != 4:
+        raise ValueError(f"attention maps must be [L, H, Tq, Tk], got shape {maps.shape}")
+    L, H, Tq, Tk = maps.shape
+    if len(layer_numbers) != L or len(query_labels) != Tq or len(key_labels) != Tk:
+        raise ValueError("labels do not match the shape of the maps")
+    longest = max(Tq, Tk)
+    cell = float(np.clip(0.16 * longest, 1.0, 4.0))
+    cell = min(cell, MAX_GRID_WIDTH_IN / H)  # many heads: smaller cells
+    q_step, q_font = _label_step(Tq, cell * 72)
+    k_step, k_font = _label_step(Tk, cell * 72)
+    char_in = 0.6 / 72  # approximate width of one character per point of font size
+    left = 0.45 + max(map(len, query_labels)) * q_font * char_in + 0.25
+    bottom = 0.35 + max(map(len, key_labels)) * k_font * char_in + 0.25
+    top, right, gap = 0.75, 0.9, 0.06 + 0.02 * cell
+    width = left + H * cell + (H - 1) * gap + right
+    height = top + L * cell + (L - 1) * gap + bottom
+
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(L, H, squeeze=False)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=gap / cell, hspace=gap / cell)
+    title_font = float(np.clip(cell * 6, 6, 11))
+    image = None
+    for row in range(L):
+        for col in range(H):
+            ax = axes[row, col]
+            image = ax.imshow(maps[row, col], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
+                              interpolation="nearest")
+            ax.tick_params(length=0, pad=1)
+            if col == 0:
+                _ticks(ax.set_yticks, ax.set_yticklabels, query_labels, q_step, q_font)
+                ax.set_ylabel(f"layer {layer_numbers[row]}", fontsize=title_font)
+            else:
+                ax.set_yticks([])
+            if row == L - 1:
+                _ticks(ax.set_xticks, ax.set_xticklabels, key_labels, k_step, k_font, rotation=90)
+            else:
+                ax.set_xticks([])
+            if row == 0:
+                ax.set_title(f"head {col + 1}", fontsize=title_font)
+    fig.suptitle(f"{title}\nrows: {query_name} · columns: {key_name}", fontsize=11)
+    cax = fig.add_axes([1 - (right - 0.25) / width, bottom / height, 0.15 / width, (L * cell) / height])
+    fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
+    _save(fig, path, width, height)
+
+
+def head_heatmaps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str,
+                  diverging: tuple[bool, ...] | None = None) -> None:
+    """A grid of [L, H] heatmaps: one row per measure, one column per attention kind.
+
+    rows: (measure name, {kind: [L, H] values}); kinds may have different layer counts.
+    diverging[i]: colour row i symmetrically around 0 (for changes that can have either sign).
+    Values are written into the cells when there are few enough of them to read.
+    """
+    kinds = list(rows[0][1])
+    shapes = {kind: np.asarray(rows[0][1][kind]).shape for kind in kinds}
+    max_layers = max(s[0] for s in shapes.values())
+    H = max(s[1] for s in shapes.values())
+    panel_w, panel_h = max(3.4, 0.32 * H + 1.6), max(1.8, 0.32 * max_layers + 1.0)
+    width, height = panel_w * len(kinds), panel_h * len(rows) + 0.6
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(len(rows), len(kinds), squeeze=False)
+    for r, (measure, values) in enumerate(rows):
+        symmetric = bool(diverging and diverging[r])
+        for c, kind in enumerate(kinds):
+            ax, data = axes[r, c], np.asarray(values[kind], dtype=np.float64)
+            L, Hk = data.shape
+            finite = data[np.isfinite(data)]
+            if symmetric:
+                bound = float(np.abs(finite).max()) if finite.size else 1.0
+                bound = bound or 1.0
+                image = ax.imshow(data, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+            else:
+                image = ax.imshow(data, cmap="viridis", aspect="auto")
+            head_step = max(1, int(np.ceil(Hk / 16)))
+            ax.set_xticks(range(0, Hk, head_step), [str(h + 1) for h in range(0, Hk, head_step)], fontsize=7)
+            ax.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
+            ax.set_xlabel("head", fontsize=8)
+            ax.set_ylabel("layer", fontsize=8)
+            ax.set_title(f"{kind}: {measure}", fontsize=9)
+            if L * Hk <= 96:
+                for (i, j), value in np.ndenumerate(data):
+                    if np.isfinite(value):
+                        ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=6,
+                                color=_text_colour(image.cmap(image.norm(value))))
+            fig.colorbar(image, ax=ax, shrink=0.9).ax.tick_params(labelsize=6)
+    fig.suptitle(title, fontsize=11)
+    _save(fig, path, width, height)
+
+
+def _text_colour(rgba) -> str:
+    """Black on light cells, white on dark ones (relative luminance)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
+
+
+def pruning_plot(curves: dict[str, list[tuple[float, float]]], sizes: dict[str, int], metric: str,
+                 baseline: float, path: Path, title: str) -> None:
+    """The metric against the share of heads removed: one line per group of heads.
+
+    curves: group → [(fraction pruned, metric value)]; sizes: group → number of heads in it.
+    """
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.subplots()
+    for group, points in curves.items():
+        xs, ys = zip(*points)
+        ax.plot(np.array(xs) * 100, ys, marker="o", markersize=3, label=f"{group} ({sizes[group]} heads)")
+    ax.axhline(baseline, color="grey", linestyle=":", linewidth=1, label="all heads")
+    ax.set_xlabel("heads removed, least important first (%)")
+    ax.set_ylabel({"bleu": "BLEU", "loss": "loss (NLL per target token)"}.get(metric, metric))
+    ax.set_xlim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    _save(fig, path, 6.4, 4.4)

@@ -1,0 +1,49 @@
+"""Shared fixtures. Tests run on one CPU thread so the suite behaves the same on any machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = ROOT / "tests" / "data" / "toy"
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: float = 300,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m mhatrain ARGS` in a subprocess, as a user would."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "mhatrain", *args], cwd=cwd, input=stdin, text=True,
+                          capture_output=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def spm_cache(tmp_path_factory) -> Path:
+    """A tokenizer cache shared by the tests' runs (keeps ~/.cache untouched)."""
+    return tmp_path_factory.mktemp("spm-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, spm_cache) -> Path:
+    """A run directory trained with configs/tiny.yaml (shared, treat as read-only)."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    result = run_cli("train", str(TINY), "--out", str(out), "--set", f"data.cache_dir={spm_cache}")
+    assert result.returncode == 0, result.stderr + result.stdout
+    return out
+
+
+@pytest.fixture
+def toy_copy(tmp_path) -> Path:
+    """A writable copy of the toy corpus."""
+    target = tmp_path / "toy"
+    shutil.copytree(TOY, target)
+    return target

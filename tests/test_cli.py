@@ -1,0 +1,85 @@
+"""The command line end to end on the toy corpus: train, eval, translate, and clean errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import TINY, run_cli
+
+
+def assert_clean_error(result, *fragments):
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_train_writes_a_self_contained_run_dir(tiny_run):
+    names = {p.name for p in tiny_run.iterdir()}
+    assert {"config.yaml", "spm.model", "best.pt", "last.pt", "metrics.jsonl", "train_summary.json"} <= names
+    records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert len(valid) == 4  # one per epoch
+    assert {"loss", "lr", "tokens_per_s", "padding", "grad_norm"} <= train_records[0].keys()
+    assert {"valid_loss", "valid_ppl", "valid_bleu", "bleu_signature"} <= valid[0].keys()
+    assert valid[-1]["valid_loss"] < valid[0]["valid_loss"]
+    assert max(r["valid_bleu"] for r in valid) > 80  # the toy task is learnable in seconds
+
+
+def test_eval_scores_the_test_split(tiny_run):
+    result = run_cli("eval", str(tiny_run), "--split", "test", "--beam", "3")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tiny_run / "eval" / "test.beam3.json").read_text())
+    assert report["bleu"] > 80 and report["chrf"] > 80 and report["sentences"] == 100
+    assert report["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert "case:lc" in report["bleu_lowercased_tokenized_signature"]
+    hyps = (tiny_run / "eval" / "test.beam3.hyp.txt").read_text().splitlines()
+    assert len(hyps) == 100
+    assert "BLEU (sacreBLEU: cased, detokenised)" in result.stdout
+    assert f"BLEU signature: {report['bleu_signature']}" in result.stdout
+
+
+def test_translate_arguments_and_stdin(tiny_run):
+    args = run_cli("translate", str(tiny_run), "The red cat sees the dog.", "The old man holds the hat.")
+    assert args.returncode == 0, args.stderr
+    assert args.stdout.splitlines() == ["Die katze rot sieht die hund.", "Die mann alt hält die hut."]
+    piped = run_cli("translate", str(tiny_run), stdin="The red cat sees the dog.\nThe old man holds the hat.\n")
+    assert piped.stdout.splitlines() == args.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["train", "no-such.yaml"], ["config file not found: no-such.yaml"]),
+    (["train", str(TINY), "--set", "model.n_heads=3"], ["'model.n_heads' must divide model.d_model=64"]),
+    (["train", str(TINY), "--set", "train.max_tokens"], ["expected section.key=value"]),
+    (["eval", "/no/such/run"], ["run directory not found: /no/such/run"]),
+    (["translate", "/no/such/run", "hello"], ["run directory not found"]),
+])
+def test_bad_input_gives_one_line_and_exit_2(args, fragments):
+    assert_clean_error(run_cli(*args), *fragments)
+
+
+def test_translate_rejects_empty_input(tiny_run):
+    assert_clean_error(run_cli("translate", str(tiny_run), "  "), "argument 1: empty input")
+    assert_clean_error(run_cli("translate", str(tiny_run), stdin="The cat.\n\n"), "stdin line 2: empty input")
+    assert_clean_error(run_cli("translate", str(tiny_run), "x" * 20_000), "over the limit")
+
+
+def test_eval_unknown_split_is_a_clean_error(tiny_run):
+    assert_clean_error(run_cli("eval", str(tiny_run), "--split", "nosuch"), "no files for split 'nosuch'")
+
+
+def test_debug_shows_the_traceback():
+    result = run_cli("--debug", "train", "no-such.yaml")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_python_dash_m_and_help():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("train", "eval", "translate"):
+        assert command in result.stdout

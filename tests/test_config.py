@@ -1,0 +1,112 @@
+"""Config loading: defaults, overrides, and one clear error per kind of bad value."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from mhatrain.config import Config, apply_override, config_from_dict, dump_config, load_config
+from mhatrain.errors import ConfigError
+
+from .conftest import ROOT, TINY
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["tiny", "multi30k", "paper-base"])
+def test_shipped_configs_load(name):
+    cfg = load_config(ROOT / "configs" / f"{name}.yaml")
+    assert cfg.model.d_model % cfg.model.n_heads == 0
+
+
+def test_multi30k_config_allows_every_ablation_head_count():
+    cfg = load_config(ROOT / "configs" / "multi30k.yaml")
+    assert (cfg.model.n_encoder_layers, cfg.model.n_decoder_layers) == (6, 6)
+    assert all(cfg.model.d_model % h == 0 for h in (1, 4, 8, 16, 32))
+
+
+def test_paper_base_matches_the_paper():
+    cfg = load_config(ROOT / "configs" / "paper-base.yaml")
+    m, t = cfg.model, cfg.train
+    assert (m.d_model, m.d_ff, m.n_heads, m.n_encoder_layers, m.dropout, m.norm) == (512, 2048, 8, 6, 0.1, "post")
+    assert (t.adam_beta1, t.adam_beta2, t.adam_eps, t.warmup_steps, t.label_smoothing) == (0.9, 0.98, 1e-9, 4000, 0.1)
+    assert (cfg.decode.beam, cfg.decode.alpha) == (4, 0.6)
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = load_config(TINY, ["train.max_tokens=1024", "model.dropout=0.3", "train.lr_factor=2", "data.local_dir=null"])
+    assert cfg.train.max_tokens == 1024 and cfg.model.dropout == 0.3
+    assert isinstance(cfg.train.lr_factor, float) and cfg.train.lr_factor == 2.0
+    assert cfg.data.local_dir is None
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(TINY, ["model.n_heads=8"])
+    dump_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"modle": {}}, "unknown section 'modle' (did you mean 'model'?)"),
+    ({"model": {"n_head": 4}}, "unknown key 'model.n_head' (did you mean 'n_heads'?)"),
+    ({"model": {"d_model": "big"}}, "'model.d_model' must be int, got str"),
+    ({"model": {"d_model": 2.5}}, "'model.d_model' must be int, got float"),
+    ({"train": {"valid_bleu": "yes"}}, "'train.valid_bleu' must be bool"),
+    ({"model": {"d_model": 100, "n_heads": 8}}, "'model.n_heads' must divide model.d_model=100, got 8"),
+    ({"model": {"dropout": 1.0}}, "'model.dropout' must be in [0, 1), got 1.0"),
+    ({"model": {"dropout": -0.1}}, "'model.dropout' must be in [0, 1)"),
+    ({"model": {"d_ff": 0}}, "'model.d_ff' must be positive, got 0"),
+    ({"train": {"max_tokens": -5}}, "'train.max_tokens' must be positive, got -5"),
+    ({"model": {"norm": "middle"}}, "'model.norm' must be one of post, pre, got 'middle'"),
+    ({"data": {"local_dir": "/no/such/dir"}}, "'data.local_dir' is not a directory: /no/such/dir"),
+    ({"data": {"src_lang": "de"}}, "'data.tgt_lang' must differ from data.src_lang ('de')"),
+    ({"train": {"device": "gpu"}}, "'train.device' must be auto, cpu, cuda or cuda:N"),
+    ({"model": "wide"}, "section 'model' must be a mapping, got str"),
+])
+def test_bad_values_name_key_and_file(tmp_path, data, expected):
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert expected in str(err.value)
+    assert path in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    path = write(tmp_path, "model:\n  d_model: [512\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml at line \d+, column \d+: invalid YAML"):
+        load_config(path)
+
+
+def test_missing_and_non_mapping_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- 1\n- 2\n"))
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("train.max_tokens", "expected section.key=value"),
+    ("max_tokens=5", "expected section.key=value"),
+    ("train.max_token=5", "unknown key 'train.max_token' (did you mean 'max_tokens'?)"),
+    ("training.seed=1", "unknown section 'training'"),
+    ("train.seed=abc", "'train.seed' must be int, got str"),
+])
+def test_bad_overrides(item, expected):
+    with pytest.raises(ConfigError) as err:
+        apply_override(Config(), item)
+    assert expected in str(err.value) and f"--set {item}" in str(err.value)
+
+
+def test_override_validation_runs_after_overrides():
+    with pytest.raises(ConfigError, match="'model.n_heads' must divide model.d_model=64, got 5"):
+        load_config(TINY, ["model.n_heads=5"])
+
+
+def test_config_from_dict_validates():
+    with pytest.raises(ConfigError, match="must be positive"):
+        config_from_dict({"model": {"n_encoder_layers": 0}})

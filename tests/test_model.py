@@ -1,0 +1,248 @@
+"""The Transformer: causality, padding invariance, embeddings, cached decoding, head gates."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from mhatrain.config import ModelConfig
+from mhatrain.data import BOS, PAD
+from mhatrain.model import Attention, HeadGates, build_model, count_parameters, sinusoidal_positions
+
+VOCAB = 30
+TOL = dict(atol=1e-5, rtol=1e-4)
+
+
+def small_model(norm: str = "post", tie: bool = True, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+                      dropout=0.0, norm=norm, tie_embeddings=tie, max_positions=64, **overrides)
+    return build_model(cfg, VOCAB).eval()
+
+
+def tokens(*shape, seed=1) -> torch.Tensor:
+    """Random ids ≥ 4 (0..3 are PAD, UNK, BOS, EOS)."""
+    return torch.randint(4, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def pad_to(rows: list[torch.Tensor], length: int) -> torch.Tensor:
+    out = torch.full((len(rows), length), PAD, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : row.numel()] = row
+    return out
+
+
+# ----------------------------------------------------------------------------- causality and padding
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("explicit", [False, True], ids=["fused", "explicit"])
+def test_future_target_tokens_cannot_change_earlier_outputs(norm, explicit):
+    model = small_model(norm)
+    src = tokens(2, 6)
+    tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 6, seed=2)], dim=1)  # [2, 7]
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        before = model.decode(tgt, memory, src_mask, attention=Attention() if explicit else None)
+        for t in (1, 3, 6):
+            changed = tgt.clone()
+            changed[:, t:] = tokens(2, 7 - t, seed=10 + t)
+            assert not torch.equal(changed[:, t:], tgt[:, t:])
+            after = model.decode(changed, memory, src_mask, attention=Attention() if explicit else None)
+            assert_close(after[:, :t], before[:, :t], **TOL)
+            assert not torch.allclose(after[:, t:], before[:, t:], atol=1e-4)  # the change is visible
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("explicit", [False, True], ids=["fused", "explicit"])
+def test_padding_does_not_change_results(norm, explicit):
+    model = small_model(norm)
+    short_src, long_src = tokens(4, seed=3), tokens(9, seed=4)
+    short_tgt = torch.cat([torch.tensor([BOS]), tokens(3, seed=5)])
+    long_tgt = torch.cat([torch.tensor([BOS]), tokens(7, seed=6)])
+    attention = (lambda: Attention()) if explicit else (lambda: None)
+    with torch.no_grad():
+        alone_memory, alone_mask = model.encode(short_src[None], attention=attention())
+        alone_logits = model.decode(short_tgt[None], alone_memory, alone_mask, attention=attention())
+
+        src = pad_to([short_src, long_src], 9)
+        tgt = pad_to([short_tgt, long_tgt], 8)
+        memory, src_mask = model.encode(src, attention=attention())
+        logits = model.decode(tgt, memory, src_mask, attention=attention())
+
+    assert_close(memory[0, :4], alone_memory[0], **TOL)
+    assert_close(logits[0, :4], alone_logits[0], **TOL)
+    assert torch.isfinite(logits).all() and torch.isfinite(memory).all()
+
+
+# ----------------------------------------------------------------------------- embeddings
+
+
+def test_tied_embeddings_share_storage_with_the_output_projection():
+    tied, untied = small_model(tie=True), small_model(tie=False)
+    assert tied.output.weight is tied.embed.weight
+    assert tied.output.weight.data_ptr() == tied.embed.weight.data_ptr()
+    assert untied.output.weight.data_ptr() != untied.embed.weight.data_ptr()
+    with torch.no_grad():  # an update to one is an update to the other
+        tied.embed.weight[5].add_(1.0)
+    assert torch.equal(tied.output.weight[5], tied.embed.weight[5])
+
+
+def test_count_parameters_counts_tied_weights_once():
+    tied, untied = small_model(tie=True), small_model(tie=False)
+    assert count_parameters(untied) - count_parameters(tied) == VOCAB * 32
+    assert count_parameters(untied) == sum(p.numel() for p in untied.parameters())
+    distinct = {p.data_ptr(): p.numel() for p in tied.parameters()}
+    assert count_parameters(tied) == sum(distinct.values())
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = small_model()
+    ids = tokens(2, 5)
+    with torch.no_grad():
+        x = model._embed(ids)
+        shifted = model._embed(ids, offset=3)
+    expected = model.embed.weight[ids] * math.sqrt(32)
+    assert_close(x - model.positions[:5], expected)
+    assert_close(shifted - model.positions[3:8], expected)  # cached decoding's positions continue
+    assert_close(x - expected, sinusoidal_positions(5, 32).expand(2, 5, 32))
+
+
+def test_sinusoidal_positions_match_the_paper():
+    d_model = 16
+    table = sinusoidal_positions(50, d_model)
+    assert table.shape == (50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+    assert torch.equal(small_model().positions, sinusoidal_positions(64, 32))
+
+
+# ----------------------------------------------------------------------------- cached decoding
+
+
+def encoded_batch(model):
+    """Three padded sources of different lengths, encoded."""
+    src = pad_to([tokens(5, seed=7), tokens(3, seed=8), tokens(7, seed=9)], 7)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+    return memory, src_mask
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cached_incremental_decoding_equals_full_recomputation(norm):
+    model = small_model(norm)
+    memory, src_mask = encoded_batch(model)
+    tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 6, seed=11)], dim=1)  # [3, 7]
+    with torch.no_grad():
+        full = model.decode(tgt, memory, src_mask)
+        cache = model.new_cache(memory, src_mask)
+        for t in range(tgt.size(1)):
+            step = model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache)
+            assert step.shape == (3, 1, VOCAB)
+            assert cache.length == t + 1
+            assert_close(step[:, 0], full[:, t], **TOL)
+            assert_close(step[:, 0], model.decode(tgt[:, :t + 1], memory, src_mask)[:, -1], **TOL)
+        # Self-attention keys grew one position per step; cross-attention keys were built once.
+        layer = cache.layers[0]
+        assert layer.self_attn.k.shape == (3, 4, 7, 8)
+        assert layer.cross_attn.k.shape == (3, 4, 7, 8)
+
+
+def test_cache_accepts_several_new_positions_at_once():
+    model = small_model()
+    memory, src_mask = encoded_batch(model)
+    tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 5, seed=12)], dim=1)  # [3, 6]
+    with torch.no_grad():
+        full = model.decode(tgt, memory, src_mask)
+        cache = model.new_cache(memory, src_mask)
+        first = model.decode(tgt[:, :4], memory, src_mask, cache=cache)
+        rest = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache) for t in (4, 5)]
+    assert_close(torch.cat([first, *rest], dim=1), full, **TOL)
+
+
+def test_cache_reorder_then_continue_equals_full_recomputation_on_permuted_batch():
+    model = small_model()
+    memory, src_mask = encoded_batch(model)
+    tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 5, seed=13)], dim=1)  # [3, 6]
+    index = torch.tensor([2, 0, 0, 1])  # reorder, duplicate and grow the batch like beam search
+    with torch.no_grad():
+        cache = model.new_cache(memory, src_mask)
+        for t in range(3):
+            model.decode(tgt[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+        cache.reorder(index)
+        permuted = tgt.index_select(0, index)
+        steps = [model.decode(permuted[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+                 for t in range(3, 6)]
+        full = model.decode(permuted, memory.index_select(0, index), src_mask.index_select(0, index))
+    assert_close(cache.memory, memory.index_select(0, index))
+    assert_close(torch.cat(steps, dim=1), full[:, 3:], **TOL)
+
+
+# ----------------------------------------------------------------------------- head gates
+
+
+def gate_outputs(model, gates: HeadGates | None):
+    src = pad_to([tokens(5, seed=14), tokens(3, seed=15)], 5)
+    tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 4, seed=16)], dim=1)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src, gates=gates)
+        return memory, model.decode(tgt, memory, src_mask, gates=gates)
+
+
+def test_all_ones_head_gates_change_nothing():
+    model = small_model()
+    ones = torch.ones(2, 4)
+    memory, logits = gate_outputs(model, None)
+    gated_memory, gated_logits = gate_outputs(model, HeadGates(ones, ones.clone(), ones.clone()))
+    assert_close(gated_memory, memory, **TOL)
+    assert_close(gated_logits, logits, **TOL)
+
+
+@pytest.mark.parametrize("kind,module", [("enc_self", "encoder.1.self_attn"),
+                                         ("dec_self", "decoder.0.self_attn"),
+                                         ("cross", "decoder.1.cross_attn")])
+@pytest.mark.parametrize("explicit", [False, True], ids=["fused", "explicit"])
+def test_gating_a_head_to_zero_equals_zeroing_its_columns_of_w_o(kind, module, explicit):
+    model = small_model()
+    layer, head = int(module.split(".")[1]), 2
+    gate = torch.ones(2, 4)
+    gate[layer, head] = 0.0
+    gates = HeadGates(**{kind: gate})
+
+    pruned = copy.deepcopy(model)
+    with torch.no_grad():
+        pruned.get_submodule(module).w_o.weight[:, head * 8:(head + 1) * 8] = 0.0
+
+    src = pad_to([tokens(5, seed=17), tokens(3, seed=18)], 5)
+    tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 4, seed=19)], dim=1)
+    attention = (lambda: Attention()) if explicit else (lambda: None)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src, attention=attention(), gates=gates)
+        gated = model.decode(tgt, memory, src_mask, attention=attention(), gates=gates)
+        memory_ref, src_mask_ref = pruned.encode(src, attention=attention())
+        reference = pruned.decode(tgt, memory_ref, src_mask_ref, attention=attention())
+        ungated = model.decode(tgt, *model.encode(src))
+    assert_close(gated, reference, **TOL)
+    assert not torch.allclose(gated, ungated, atol=1e-4)  # the gate did something
+
+
+def test_attention_maps_are_returned_per_layer_and_head():
+    model = small_model()
+    src = pad_to([tokens(5, seed=20), tokens(3, seed=21)], 5)
+    tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 3, seed=22)], dim=1)
+    attention = Attention()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src, attention=attention)
+        model.decode(tgt, memory, src_mask, attention=attention)
+    assert [a.shape for a in attention.enc_self] == [(2, 4, 5, 5)] * 2
+    assert [a.shape for a in attention.dec_self] == [(2, 4, 4, 4)] * 2
+    assert [a.shape for a in attention.cross] == [(2, 4, 4, 5)] * 2
+    assert torch.all(attention.cross[0][1, :, :, 3:] == 0)  # row 1's padded source keys
+    assert torch.all(attention.dec_self[0][:, :, 0, 1:] == 0)  # no attention to the future

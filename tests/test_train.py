@@ -1,0 +1,155 @@
+"""Training: the schedule, exact resume, checkpoints and their safety checks."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from rich.console import Console
+
+from mhatrain.checkpoint import load_checkpoint, open_run, save_checkpoint
+from mhatrain.config import load_config
+from mhatrain.errors import CheckpointError
+from mhatrain.train import noam_lr, train
+
+from .conftest import ROOT, TINY, run_cli
+
+
+def quiet_config(spm_cache, *overrides):
+    # dropout > 0 so that resuming must also restore the RNG state to reproduce the weights
+    return load_config(TINY, [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.log_every=1000",
+                              "train.valid_max_sentences=20", *overrides])
+
+
+def Silent():
+    return Console(file=io.StringIO())
+
+
+def weights(run_dir):
+    return load_checkpoint(run_dir / "last.pt")["model"]
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_noam_schedule_warms_up_then_decays():
+    d, w = 512, 4000
+    assert noam_lr(1, d, w) == pytest.approx(d ** -0.5 * w ** -1.5)
+    assert noam_lr(w, d, w) == pytest.approx(d ** -0.5 * w ** -0.5)  # the peak
+    assert noam_lr(w // 2, d, w) < noam_lr(w, d, w) > noam_lr(4 * w, d, w)
+    assert noam_lr(4 * w, d, w) == pytest.approx(noam_lr(w, d, w) / 2)
+    assert noam_lr(100, d, w, factor=2.0) == pytest.approx(2 * noam_lr(100, d, w))
+
+
+def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(quiet_config(spm_cache, "train.max_steps=50"), straight, console=Silent())
+    # Interrupted at update 30 (mid-epoch: an epoch is ~90 updates), then resumed to 50.
+    train(quiet_config(spm_cache, "train.max_steps=30", "train.checkpoint_every=10"), split, console=Silent())
+    summary = train(quiet_config(spm_cache, "train.max_steps=50"), split, resume=True, console=Silent())
+    assert summary["updates"] == 50
+    assert_same_weights(weights(straight), weights(split))
+
+
+def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
+    common = ["--set", f"data.cache_dir={spm_cache}", "--set", "model.dropout=0.1", "--set", "train.max_steps=120",
+              "--set", "train.checkpoint_every=7", "--set", "train.valid_max_sentences=20"]
+    reference = tmp_path / "reference"
+    assert run_cli("train", str(TINY), "--out", str(reference), *common).returncode == 0
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(killed), *common],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (killed / "last.pt").exists()
+    assert load_checkpoint(killed / "last.pt")["progress"]["step"] < 120
+    resumed = run_cli("train", str(TINY), "--out", str(killed), "--resume", *common)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming at update" in resumed.stdout
+    assert_same_weights(weights(reference), weights(killed))
+
+
+def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(out),
+                             "--set", f"data.cache_dir={spm_cache}", "--set", "train.max_epochs=50"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "checkpoint saved at update" in stdout and "--resume" in stdout
+    assert "Traceback" not in stderr
+    assert load_checkpoint(out / "last.pt")["progress"]["finished"] is False
+
+
+def test_run_dir_with_a_run_is_not_overwritten(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    train(quiet_config(spm_cache, "train.max_steps=3"), out, console=Silent())
+    before = (out / "last.pt").read_bytes()
+    with pytest.raises(CheckpointError, match="already holds a training run: pass --resume"):
+        train(quiet_config(spm_cache, "train.max_steps=3"), out, console=Silent())
+    assert (out / "last.pt").read_bytes() == before
+
+
+def test_resume_with_another_model_config_is_refused(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    train(quiet_config(spm_cache, "train.max_steps=3"), out, console=Silent())
+    with pytest.raises(CheckpointError, match=r"different config: model\.d_ff \(128 vs 256\)"):
+        train(quiet_config(spm_cache, "train.max_steps=6", "model.d_ff=256"), out, resume=True, console=Silent())
+
+
+def test_damaged_last_checkpoint_falls_back_to_the_previous(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    train(quiet_config(spm_cache, "train.max_steps=20", "train.checkpoint_every=5"), out, console=Silent())
+    assert (out / "last.prev.pt").exists()
+    data = (out / "last.pt").read_bytes()
+    (out / "last.pt").write_bytes(data[: len(data) // 2])
+    summary = train(quiet_config(spm_cache, "train.max_steps=25"), out, resume=True, console=Silent())
+    assert summary["updates"] == 25
+
+
+def test_checkpoints_are_loaded_without_executing_code(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format": 1, "model": {}, "x": Payload()}, path)
+    with pytest.raises(CheckpointError, match="damaged or not a mhatrain checkpoint"):
+        load_checkpoint(path)
+
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"model": {"w": torch.ones(2)}})
+
+    class Unsaveable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError):
+        save_checkpoint(path, {"model": {"w": torch.zeros(2)}, "bad": Unsaveable()})
+    assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_open_run_rejects_directories_that_are_not_runs(tmp_path):
+    with pytest.raises(CheckpointError, match="run directory not found"):
+        open_run(tmp_path / "absent")
+    with pytest.raises(CheckpointError, match="is not a mhatrain run directory"):
+        open_run(tmp_path)
