@@ -82,7 +82,7 @@ def open_run(run_dir: Path, which: str = "best") -> tuple[Config, dict, Path]:
         raise CheckpointError(f"run directory not found: {run_dir}")
     if not is_run_dir(run_dir):
         raise CheckpointError(f"{run_dir} is not a mhatrain run directory (no config.yaml)")
-    config = load_config(run_dir / "config.yaml")
+    config = load_config(run_dir / "config.yaml", check_paths=False)
     tokenizer = run_dir / "spm.model"
     if not tokenizer.is_file():
         raise CheckpointError(f"{run_dir}: tokenizer spm.model is missing")
@@ -118,7 +118,7 @@ def check_compatible(state: dict, config: Config, where: str, vocab_fingerprint:
     if not isinstance(saved, dict):
         raise CheckpointError(f"{where}: checkpoint has no config")
     try:
-        config_from_dict(saved, where)
+        config_from_dict(saved, where, check_paths=False)
     except Exception:
         raise CheckpointError(f"{where}: checkpoint config is not valid for this version") from None
     differs = [k for k in config_differences(saved, config.to_dict()) if k not in RESUMABLE_CHANGES]

@@ -71,12 +71,13 @@ def translate(
     text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate (default: read stdin, one per line)."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate sentences given as arguments, or stdin line by line."""
     from .runner import translate_lines
 
     lines = list(text) if text else None
-    translate_lines(run_dir, lines, beam, alpha, console)
+    translate_lines(run_dir, lines, beam, alpha, set_ or [])
 
 
 @app.command()
@@ -86,11 +87,12 @@ def attention(
     layer: str = typer.Option("all", "--layer", help="Layer number (from 1) or all."),
     kind: str = typer.Option("all", "--kind", help="enc-self, dec-self, cross or all."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
     from .heads import show_attention
 
-    show_attention(run_dir, sentence, layer, kind, out, console)
+    show_attention(run_dir, sentence, layer, kind, out, console, set_ or [])
 
 
 @app.command()

@@ -109,8 +109,12 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 # ----------------------------------------------------------------------------- loading
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, validate."""
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                check_paths: bool = True) -> Config:
+    """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, validate.
+
+    check_paths=False skips checks of data paths (a finished run can translate without its data).
+    """
     source = str(path) if path is not None else "<defaults>"
     raw: dict = {}
     if path is not None:
@@ -131,13 +135,16 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     config = _build(raw, source)
     for item in overrides:
         apply_override(config, item)
-    validate(config, source)
+    validate(config, source, check_paths)
+    if check_paths and config.data.local_dir is not None:
+        # Recorded absolute, so a run directory's config works from any working directory.
+        config.data.local_dir = str(Path(config.data.local_dir).expanduser().resolve())
     return config
 
 
-def config_from_dict(raw: dict, source: str = "<dict>") -> Config:
+def config_from_dict(raw: dict, source: str = "<dict>", check_paths: bool = True) -> Config:
     config = _build(raw, source)
-    validate(config, source)
+    validate(config, source, check_paths)
     return config
 
 
@@ -229,7 +236,7 @@ def _owner_of(f: dataclasses.Field) -> type:
 # ----------------------------------------------------------------------------- validation
 
 
-def validate(config: Config, source: str) -> None:
+def validate(config: Config, source: str, check_paths: bool = True) -> None:
     m, d, t, dec = config.model, config.data, config.train, config.decode
 
     def fail(key: str, message: str):
@@ -275,7 +282,7 @@ def validate(config: Config, source: str) -> None:
         fail("data.vocab_size", f"must be at least 16, got {d.vocab_size}")
     if d.src_lang == d.tgt_lang:
         fail("data.tgt_lang", f"must differ from data.src_lang ('{d.src_lang}')")
-    if d.local_dir is not None and not Path(d.local_dir).expanduser().is_dir():
+    if check_paths and d.local_dir is not None and not Path(d.local_dir).expanduser().is_dir():
         fail("data.local_dir", f"is not a directory: {d.local_dir}")
     if d.max_length + 2 > m.max_positions:
         fail("model.max_positions", f"must exceed data.max_length + 1 = {d.max_length + 1}, got {m.max_positions}")

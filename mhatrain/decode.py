@@ -24,15 +24,35 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _max_steps(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> int:
-    longest = int((src != PAD).sum(1).max())
-    return min(int(cfg.max_len_a * longest + cfg.max_len_b), model.cfg.max_positions - 1)
+def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> torch.Tensor:
+    """[B] most tokens before EOS for each sentence: a · source length + b, within the position table.
+
+    Per sentence, so that a translation does not depend on the other sentences of its batch.
+    """
+    lengths = (src != PAD).sum(1).float()
+    limits = (cfg.max_len_a * lengths + cfg.max_len_b).floor().long()
+    return limits.clamp(max=model.cfg.max_positions - 2)
 
 
-def _step_logprobs(model: Transformer, tokens: torch.Tensor, cache, gates: HeadGates | None = None) -> torch.Tensor:
-    """[N, 1] last tokens → [N, V] float32 log-probabilities of the next token."""
-    logits = model.decode(tokens, cache.memory, cache.src_mask, cache=cache, gates=gates)
-    return torch.log_softmax(logits[:, -1].float(), dim=-1)
+def _next_logprobs(model: Transformer, tokens: torch.Tensor, memory, src_mask, cache, gates,
+                   eos_only: torch.Tensor) -> torch.Tensor:
+    """[N, t] tokens so far → [N, V] float32 log-probabilities of the next token.
+
+    With a cache only the last token is fed. PAD and BOS are never generated; rows in `eos_only`
+    (at their length limit) may only end.
+    """
+    if cache is not None:
+        logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache, gates=gates)
+    else:
+        logits = model.decode(tokens, memory, src_mask, gates=gates)
+    logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    logp[:, PAD] = float("-inf")
+    logp[:, BOS] = float("-inf")
+    if eos_only.any():
+        eos = logp[:, EOS].clone()
+        logp[eos_only] = float("-inf")
+        logp[:, EOS] = eos
+    return logp
 
 
 @torch.no_grad()
@@ -42,13 +62,11 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     B = src.size(0)
     memory, src_mask = model.encode(src, gates=gates)
     cache = model.new_cache(memory, src_mask) if use_cache else None
+    limits = length_limits(src, cfg, model)
     out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for _ in range(_max_steps(src, cfg, model)):
-        if cache is not None:
-            logp = _step_logprobs(model, out[:, -1:], cache, gates)
-        else:
-            logp = torch.log_softmax(model.decode(out, memory, src_mask, gates=gates)[:, -1].float(), -1)
+    for step in range(1, int(limits.max()) + 2):
+        logp = _next_logprobs(model, out, memory, src_mask, cache, gates, eos_only=limits < step)
         next_token = logp.argmax(-1).masked_fill(finished, PAD)
         out = torch.cat([out, next_token[:, None]], dim=1)
         finished |= next_token == EOS
@@ -72,11 +90,10 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
     if K == 1:
         return greedy_search(model, src, cfg, use_cache, gates)
     B, device = src.size(0), src.device
-    max_steps = _max_steps(src, cfg, model)
+    limits = length_limits(src, cfg, model)
     memory, src_mask = model.encode(src, gates=gates)
     rows = torch.arange(B, device=device).repeat_interleave(K)  # [B·K] sentence of each row
     cache = model.new_cache(memory.index_select(0, rows), src_mask.index_select(0, rows))
-    full_memory, full_mask = cache.memory, cache.src_mask
 
     sentence = torch.arange(B, device=device)  # original index of each active sentence
     tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
@@ -84,18 +101,12 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
     scores[:, 1:] = float("-inf")  # all beams start identical: keep only the first alive
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
 
-    for step in range(1, max_steps + 1):
+    for step in range(1, int(limits.max()) + 2):
         n = sentence.numel()
-        if use_cache:
-            logp = _step_logprobs(model, tokens[:, -1:], cache, gates)  # [n·K, V]
-        else:
-            logits = model.decode(tokens, cache.memory, cache.src_mask, gates=gates)
-            logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        eos_only = (limits[sentence] < step).repeat_interleave(K)
+        logp = _next_logprobs(model, tokens, cache.memory, cache.src_mask, cache if use_cache else None,
+                              gates, eos_only)  # [n·K, V]
         V = logp.size(-1)
-        if step == max_steps:  # out of length: only EOS may follow
-            eos_only = torch.full_like(logp, float("-inf"))
-            eos_only[:, EOS] = logp[:, EOS]
-            logp = eos_only
         candidates = (scores.view(-1, 1) + logp).view(n, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # [n, 2K]: ≥ K of them are not EOS
         top_beam, top_token = top_index // V, top_index % V

@@ -210,15 +210,16 @@ def _slug(sentence: str) -> str:
     return f"{words}-{digest}" if words else digest
 
 
-def show_attention(run_dir: Path, sentence: str, layer: str, kind: str, out: Path | None,
-                   console: Console) -> dict:
+def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str = "all", out: Path | None = None,
+                   console: Console | None = None, overrides=()) -> dict:
     """The `mhatrain attention` command: maps, grid plots, statistics table and files."""
     from .plots import attention_grid
     from .runner import load_run
 
+    console = console or Console()
     check_sentence(sentence)
     kinds = parse_kinds(kind)
-    run = load_run(run_dir)
+    run = load_run(run_dir, overrides=list(overrides))
     _set_threads(run.config.train.threads)
     layers = parse_layers(layer, run.model, kinds)
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)

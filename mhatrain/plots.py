@@ -22,7 +22,7 @@ MAX_GRID_WIDTH_IN = 90.0  # the head grid of a 32-head model stays a (wide) post
 
 
 def _save(fig: Figure, path: Path, width_in: float, height_in: float) -> None:
-    dpi = max(30, min(130, int(MAX_PIXELS / max(width_in, height_in))))
+    dpi = max(30, min(110, int(MAX_PIXELS / max(width_in, height_in))))
     FigureCanvasAgg(fig)
     atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=dpi), binary=True)
 
@@ -60,7 +60,7 @@ def attention_grid(maps: np.ndarray, layer_numbers: list[int], query_labels: lis
     k_step, k_font = _label_step(Tk, cell * 72)
     char_in = 0.6 / 72  # approximate width of one character per point of font size
     left = 0.45 + max(map(len, query_labels)) * q_font * char_in + 0.25
-    bottom = 0.35 + max(map(len, key_labels)) * k_font * char_in + 0.25
+    bottom = 0.3 + max(map(len, key_labels)) * k_font * char_in
     top, right, gap = 0.75, 0.9, 0.06 + 0.02 * cell
     width = left + H * cell + (H - 1) * gap + right
     height = top + L * cell + (L - 1) * gap + bottom
@@ -106,14 +106,20 @@ def head_heatmaps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, tit
     shapes = {kind: np.asarray(rows[0][1][kind]).shape for kind in kinds}
     max_layers = max(s[0] for s in shapes.values())
     H = max(s[1] for s in shapes.values())
-    panel_w, panel_h = max(3.4, 0.32 * H + 1.6), max(1.8, 0.32 * max_layers + 1.0)
-    width, height = panel_w * len(kinds), panel_h * len(rows) + 0.6
-    fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(len(rows), len(kinds), squeeze=False)
+    # Each panel: a heatmap of map_w × map_h inches inside margins for labels, title and colour bar.
+    map_w, map_h = max(2.0, 0.3 * H), max(0.8, 0.3 * max_layers)
+    left, right, top, bottom = 0.6, 0.85, 0.35, 0.55
+    panel_w, panel_h = left + map_w + right, top + map_h + bottom
+    header = 0.45
+    width, height = panel_w * len(kinds), panel_h * len(rows) + header
+    fig = Figure(figsize=(width, height))  # placed by hand: layout engines are slow with many axes
     for r, (measure, values) in enumerate(rows):
         symmetric = bool(diverging and diverging[r])
         for c, kind in enumerate(kinds):
-            ax, data = axes[r, c], np.asarray(values[kind], dtype=np.float64)
+            x0, y0 = c * panel_w + left, height - header - r * panel_h - top - map_h
+            ax = fig.add_axes((x0 / width, y0 / height, map_w / width, map_h / height))
+            cax = fig.add_axes(((x0 + map_w + 0.1) / width, y0 / height, 0.12 / width, map_h / height))
+            data = np.asarray(values[kind], dtype=np.float64)
             L, Hk = data.shape
             finite = data[np.isfinite(data)]
             if symmetric:
@@ -133,8 +139,8 @@ def head_heatmaps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, tit
                     if np.isfinite(value):
                         ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=6,
                                 color=_text_colour(image.cmap(image.norm(value))))
-            fig.colorbar(image, ax=ax, shrink=0.9).ax.tick_params(labelsize=6)
-    fig.suptitle(title, fontsize=11)
+            fig.colorbar(image, cax=cax).ax.tick_params(labelsize=6)
+    fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
     _save(fig, path, width, height)
 
 

@@ -37,7 +37,7 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> L
     config, state, tokenizer_path = open_run(Path(run_dir), which)
     for item in overrides:
         apply_override(config, item)
-    validate(config, f"{run_dir}/config.yaml")
+    validate(config, f"{run_dir}/config.yaml", check_paths=False)
     tokenizer = Tokenizer(tokenizer_path)
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
         raise MhatrainError(f"{run_dir}: checkpoint was made with a different vocabulary than spm.model")
@@ -92,7 +92,8 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
 
 
 def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, alpha: float | None,
-                    console: Console) -> list[str]:
+                    overrides: list[str] = ()) -> list[str]:
+    """Translate `lines` (or stdin when None) and print one translation per line."""
     from_stdin = lines is None
     if from_stdin:
         lines = [line.rstrip("\n") for line in sys.stdin]
@@ -104,7 +105,7 @@ def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, al
             raise MhatrainError(f"{where}: input of {len(line)} characters is over the limit of {MAX_INPUT_CHARS}")
     if not lines:
         raise MhatrainError("no input: give sentences as arguments or on stdin")
-    run = load_run(run_dir)
+    run = load_run(run_dir, overrides=overrides)
     outputs = translate(run.model, run.tokenizer, lines, run.config.decode, run.device, beam, alpha,
                         run.config.train.precision)
     for text in outputs:

@@ -153,3 +153,27 @@ def test_open_run_rejects_directories_that_are_not_runs(tmp_path):
         open_run(tmp_path / "absent")
     with pytest.raises(CheckpointError, match="is not a mhatrain run directory"):
         open_run(tmp_path)
+
+
+def test_stop_reasons():
+    from mhatrain.config import TrainConfig
+    from mhatrain.train import Progress, stop_reason
+
+    t = TrainConfig(max_epochs=5, max_steps=100, patience=3)
+    assert stop_reason(Progress(step=99, epoch=4, bad_validations=2), t) == ""
+    assert stop_reason(Progress(step=100), t) == "reached max_steps=100"
+    assert stop_reason(Progress(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
+    assert stop_reason(Progress(step=5, epoch=5), t) == "reached max_epochs=5"
+    assert stop_reason(Progress(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1)) == ""
+
+
+def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
+    # valid_every=1 with a huge learning rate: validation loss soon stops improving.
+    out = tmp_path / "run"
+    summary = train(quiet_config(spm_cache, "train.valid_every=2", "train.valid_bleu=false", "train.early_stop_metric=loss",
+                                 "train.patience=2", "train.lr_factor=30", "train.warmup_steps=1", "train.max_steps=200"),
+                    out, console=Silent())
+    assert summary["stop_reason"].startswith("early stopping after 2 validations")
+    assert summary["updates"] < 200
+    best = load_checkpoint(out / "best.pt")
+    assert best["progress"]["step"] == summary["best_step"] < summary["updates"]

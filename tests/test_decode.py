@@ -1,0 +1,242 @@
+"""Greedy and beam search: cache = no cache, batching cannot change results, beam scores."""
+
+from __future__ import annotations
+
+import itertools
+import pytest
+import torch
+
+from mhatrain.config import DecodeConfig, ModelConfig
+from mhatrain.data import BOS, EOS, PAD
+from mhatrain.decode import beam_search, greedy_search, length_penalty
+from mhatrain.model import build_model
+
+VOCAB = 30
+ALPHA = 0.6
+# max_len_a = 0: every sentence gets the same length limit, whatever its batch mates.
+FIXED_LIMIT = DecodeConfig(beam=4, alpha=ALPHA, max_len_a=0.0, max_len_b=12)
+
+
+def random_model(seed: int = 0, norm: str = "post", eos_after_some_tokens: bool = True, tie: bool = True,
+                 vocab: int = VOCAB):
+    """d_model 32, 2 heads, 2+2 layers, no dropout.
+
+    A random model rarely predicts EOS, so every search would run to the length limit. With
+    `eos_after_some_tokens`, EOS's output embedding points along every third token's input
+    embedding: EOS becomes likely after those tokens, and hypotheses end at different lengths.
+    """
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+                      dropout=0.0, norm=norm, tie_embeddings=tie, max_positions=64)
+    model = build_model(cfg, vocab).eval()
+    if eos_after_some_tokens:
+        with torch.no_grad():
+            final = model.embed.weight[4::3].clone()
+            model.output.weight[EOS] = final.sum(0) / final.norm(dim=1).mean()
+    return model
+
+
+def shift_logit(model, token: int, amount: float) -> None:
+    """Add `amount` to one token's logit at every position, leaving the other logits unchanged.
+
+    The final hidden state passes through a LayerNorm with a bias b, so logits gain W_out b;
+    b = pinv(W_out) (amount · e_token) shifts exactly one logit, as W_out's rows are independent
+    (V ≤ D). A tied model's PAD row is zero, so its PAD logit is always 0 and cannot be shifted.
+    """
+    norm = model.decoder[-1].res_ffn.norm if model.cfg.norm == "post" else model.dec_norm
+    target = torch.zeros(model.vocab_size)
+    target[token] = amount
+    with torch.no_grad():
+        norm.bias.add_(torch.linalg.pinv(model.output.weight) @ target)
+
+
+SOURCE_LENGTHS = [3, 5, 7, 4, 6, 2]
+# Seeds whose random models end hypotheses at several different steps (most random models
+# either say EOS at once or never; the tests check that this is still so) and never prefer PAD
+# or BOS (see test_padding_token_is_never_part_of_a_hypothesis).
+SEEDS = [0, 4, 7, 9]
+
+
+def random_sources(seed: int = 0, lengths=SOURCE_LENGTHS, vocab: int = VOCAB) -> torch.Tensor:
+    """[B, S] ids ≥ 4 (0..3 are PAD, UNK, BOS, EOS), padded at the end."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), PAD, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(4, vocab, (n,), generator=gen)
+    return src
+
+
+def alone(src: torch.Tensor, row: int) -> torch.Tensor:
+    """One sentence of a padded batch, without padding: [1, S_row]."""
+    return src[row][src[row] != PAD][None]
+
+
+@torch.no_grad()
+def normalised_score(model, src_row: torch.Tensor, hyp: list[int], alpha: float = ALPHA) -> float:
+    """log P(hyp + EOS | src) / lp(|hyp| + 1): the score beam search maximises."""
+    memory, src_mask = model.encode(src_row)
+    tgt = torch.tensor([[BOS, *hyp, EOS]])
+    logp = torch.log_softmax(model.decode(tgt[:, :-1], memory, src_mask)[0].float(), dim=-1)
+    return float(logp.gather(1, tgt[0, 1:, None]).sum()) / length_penalty(len(hyp) + 1, alpha)
+
+
+def max_steps(src_row: torch.Tensor, cfg: DecodeConfig) -> int:
+    return int(cfg.max_len_a * int((src_row != PAD).sum()) + cfg.max_len_b)
+
+
+# ----------------------------------------------------------------------------- length penalty
+
+
+def test_length_penalty_matches_wu_et_al():
+    for length in (1, 2, 7, 30):
+        for alpha in (0.0, 0.6, 1.0):
+            assert length_penalty(length, alpha) == pytest.approx(((5 + length) / 6) ** alpha)
+    lengths = torch.tensor([1.0, 4.0, 10.0])
+    torch.testing.assert_close(length_penalty(lengths, 0.6), ((5 + lengths) / 6) ** 0.6)
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)  # a lone EOS is not penalised
+
+
+# ----------------------------------------------------------------------------- greedy
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_greedy_with_cache_equals_without_cache(seed):
+    model, src = random_model(seed), random_sources(seed)
+    cfg = DecodeConfig(max_len_a=1.5, max_len_b=5)
+    with_cache = greedy_search(model, src, cfg)
+    assert with_cache == greedy_search(model, src, cfg, use_cache=False)
+    assert len({len(h) for h in with_cache}) > 1  # hypotheses of several lengths: finished rows exist
+
+
+@torch.no_grad()
+def reference_greedy(model, src_row: torch.Tensor, steps: int) -> list[int]:
+    """One sentence, no cache, no padding: append the argmax until EOS or `steps` tokens."""
+    memory, src_mask = model.encode(src_row)
+    out = [BOS]
+    for _ in range(steps):
+        token = int(model.decode(torch.tensor([out]), memory, src_mask)[0, -1].argmax())
+        if token == EOS:
+            break
+        out.append(token)
+    return out[1:]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_batched_greedy_equals_reference_greedy_one_sentence_at_a_time(seed):
+    model, src = random_model(seed), random_sources(seed)
+    batched = greedy_search(model, src, FIXED_LIMIT)
+    for row, hyp in enumerate(batched):
+        assert hyp == reference_greedy(model, alone(src, row), FIXED_LIMIT.max_len_b), row
+
+
+# ----------------------------------------------------------------------------- beam search
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_beam_search_with_cache_equals_without_cache(seed):
+    model, src = random_model(seed), random_sources(seed)
+    cfg = DecodeConfig(beam=4, alpha=ALPHA, max_len_a=1.5, max_len_b=5)
+    assert beam_search(model, src, cfg) == beam_search(model, src, cfg, use_cache=False)
+
+
+def test_beam_of_one_is_greedy():
+    model, src = random_model(), random_sources()
+    assert beam_search(model, src, FIXED_LIMIT, beam=1) == greedy_search(model, src, FIXED_LIMIT)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("beam", [2, 4])
+def test_batched_beam_search_equals_one_sentence_at_a_time(seed, beam):
+    """Padding, batch mates, and sentences leaving the batch when done cannot change a result."""
+    model, src = random_model(seed), random_sources(seed)
+    batched = beam_search(model, src, FIXED_LIMIT, beam=beam)
+    assert len({len(h) for h in batched}) > 1  # sentences finish at different steps
+    for row, hyp in enumerate(batched):
+        assert hyp == beam_search(model, alone(src, row), FIXED_LIMIT, beam=beam)[0], row
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_beam_hypothesis_scores_at_least_as_well_as_greedy(seed):
+    """Empirical on these seeds, not a theorem: beam search can prune greedy's prefix (K other
+    prefixes may all score higher at some step and end worse), and its stopping rule compares
+    the best alive beam at its current length, which is not a bound when alpha > 0."""
+    model, src = random_model(seed), random_sources(seed)
+    greedy = greedy_search(model, src, FIXED_LIMIT)
+    beam = beam_search(model, src, FIXED_LIMIT)
+    compared = 0
+    for row, (g, b) in enumerate(zip(greedy, beam)):
+        if len(g) >= FIXED_LIMIT.max_len_b:  # greedy ran out of length without EOS: no score to compare
+            continue
+        compared += 1
+        src_row = alone(src, row)
+        assert normalised_score(model, src_row, b) >= normalised_score(model, src_row, g) - 1e-5, row
+    assert compared >= 1
+
+
+@pytest.mark.parametrize("alpha", [0.0, ALPHA])
+def test_exhaustive_beam_search_finds_the_best_hypothesis(alpha):
+    """A tiny vocabulary, a short length limit and as many beams as there are prefixes: nothing is
+    ever pruned, so beam search must return the hypothesis with the best length-normalised score
+    among every possible one (scored here by brute force)."""
+    vocab = 10
+    model, src = random_model(3, vocab=vocab), random_sources(3, lengths=[4], vocab=vocab)
+    cfg = DecodeConfig(beam=2, alpha=alpha, max_len_a=0.0, max_len_b=3)
+    # The longest hypothesis beam search can return under this limit (decode.py's convention).
+    no_eos = random_model(3, vocab=vocab)
+    shift_logit(no_eos, EOS, -30.0)
+    longest = len(beam_search(no_eos, src, cfg)[0])
+    assert 1 <= longest <= 3
+
+    words = [t for t in range(vocab) if t != EOS]
+    hyps = [list(h) for n in range(longest + 1) for h in itertools.product(words, repeat=n)]
+    best = beam_search(model, src, cfg, beam=len(words) ** longest)[0]
+
+    with torch.no_grad():  # score every hypothesis in one batch: [BOS, h..., EOS, EOS...]
+        memory, src_mask = model.encode(src)
+        tgt = torch.tensor([[BOS, *h, EOS] + [EOS] * (longest - len(h)) for h in hyps])
+        logits = model.decode(tgt[:, :-1], memory.expand(len(hyps), -1, -1),
+                              src_mask.expand(len(hyps), -1, -1, -1))
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(2, tgt[:, 1:, None])[..., 0]
+    scores = [float(logp[i, : len(h) + 1].sum()) / length_penalty(len(h) + 1, alpha) for i, h in enumerate(hyps)]
+    top = max(range(len(hyps)), key=scores.__getitem__)
+    assert best == hyps[top]
+    assert normalised_score(model, src, best, alpha) == pytest.approx(scores[top], abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- known defects
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_output_length_limit_does_not_depend_on_batch_mates(search):
+    """a · source_length + b is a per-sentence limit; decode.py takes the longest source of the
+    batch, so a short sentence decoded next to a long one may grow longer than when alone."""
+    model = random_model(0, eos_after_some_tokens=False)  # never says EOS: runs to the limit
+    src = random_sources(0, lengths=[2, 7])
+    cfg = DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.0, max_len_b=3)
+    batched = search(model, src, cfg)
+    for row in range(2):
+        assert batched[row] == search(model, alone(src, row), cfg)[0], row
+
+
+def test_greedy_and_beam_search_share_one_length_limit():
+    """Greedy may emit max_steps tokens; beam search forces EOS at step max_steps and so emits
+    at most max_steps - 1. Beam size 1 (greedy) and 2 then obey different limits."""
+    model = random_model(0, eos_after_some_tokens=False)
+    shift_logit(model, EOS, -30.0)  # EOS is never the best choice
+    src = random_sources(0, lengths=[4])
+    cfg = DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.0, max_len_b=3)
+    greedy, beam = greedy_search(model, src, cfg)[0], beam_search(model, src, cfg)[0]
+    assert len(greedy) == max_steps(src[0], cfg)  # ran to the limit
+    assert len(beam) == len(greedy)
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_padding_token_is_never_part_of_a_hypothesis(search):
+    """PAD is not a word. If a search emits it, the uncached decoder masks it out as padding
+    while the cached one attends to it (so the two searches diverge), and _strip drops it from
+    the output, so the returned ids are not the hypothesis that was scored.
+    (Untied output embeddings: a tied model's PAD logit is always 0 and cannot be shifted.)"""
+    model = random_model(1, tie=False)
+    shift_logit(model, PAD, 1.5)  # PAD now wins some steps
+    src = random_sources(1)
+    assert search(model, src, FIXED_LIMIT) == search(model, src, FIXED_LIMIT, use_cache=False)
