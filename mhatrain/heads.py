@@ -213,7 +213,6 @@ def _slug(sentence: str) -> str:
 def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str = "all", out: Path | None = None,
                    console: Console | None = None, overrides=()) -> dict:
     """The `mhatrain attention` command: maps, grid plots, statistics table and files."""
-    from .plots import attention_grid
     from .runner import load_run
 
     console = console or Console()
@@ -223,50 +222,58 @@ def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str =
     _set_threads(run.config.train.threads)
     layers = parse_layers(layer, run.model, kinds)
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
-    records = statistics_records(sm, layers)
-
-    out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
-    stem = f"attention-{_slug(sentence)}"
-    written = []
-    for k in kinds:
-        q_labels, k_labels = sm.labels(k)
-        path = out_dir / f"{stem}-{k}.png"
-        q_name = "decoder input (predicts the next token)" if k != "enc-self" else "source token"
-        k_name = "source token" if k != "dec-self" else "decoder input"
-        attention_grid(sm.maps[k][layers[k]].numpy(), [i + 1 for i in layers[k]], q_labels, k_labels,
-                       f"{TITLES[k]} — {sentence!r} → {sm.translation!r}", path, q_name, k_name)
-        written.append(path)
     report = {
         "run_dir": str(run_dir), "update": run.step, "source": sm.source, "translation": sm.translation,
         "beam": run.config.decode.beam, "src_pieces": sm.src_pieces, "tgt_pieces": sm.tgt_pieces,
         "note": "maps[kind][l][h][i][j]: weight of query i on key j in layer layers[kind][l], head h+1; "
                 "enc-self: source×source, dec-self: decoder input×decoder input, cross: decoder input×source",
         "layers": {k: [i + 1 for i in layers[k]] for k in kinds},
-        "statistics": records,
+        "statistics": statistics_records(sm, layers),
         "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
     }
-    atomic_write_json(out_dir / f"{stem}.json", report)
-    arrays = {FIELDS[k]: sm.maps[k][layers[k]].numpy() for k in kinds}
-    arrays.update({f"{FIELDS[k]}_layers": np.array([i + 1 for i in layers[k]]) for k in kinds})
-    arrays.update(src_pieces=np.array(sm.src_pieces), tgt_pieces=np.array(sm.tgt_pieces))
-    atomic_write(out_dir / f"{stem}.npz", lambda f: np.savez_compressed(f, **arrays), binary=True)
-    written += [out_dir / f"{stem}.json", out_dir / f"{stem}.npz"]
+    out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
+    written = write_attention_files(sm, layers, report, out_dir / f"attention-{_slug(sentence)}")
+    _print_attention(sm, report["statistics"], console)
+    console.print("files: " + "  ".join(map(str, written)), highlight=False, markup=False)
+    return report
 
-    console.print(f"source:      {sm.source}\ntranslation: {sm.translation}", highlight=False)
-    console.print(f"source pieces: {' '.join(sm.src_pieces)}\ndecoder inputs: {' '.join(sm.tgt_pieces)}",
-                  highlight=False)
-    table = Table(title="per-head attention statistics (means over query positions)")
-    for name, justify in (("kind", "left"), ("layer", "right"), ("head", "right"), ("entropy", "right"),
-                          ("distance", "right"), ("same", "right"), ("prev", "right"), ("next", "right"),
-                          ("</s>", "right"), ("<s>", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)
+
+def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report: dict, stem: Path) -> list[Path]:
+    """STEM-<kind>.png grids, STEM.json (report) and STEM.npz (float32 maps + tokens)."""
+    from .plots import attention_grid
+
+    written = []
+    for kind, indices in layers.items():
+        q_labels, k_labels = sm.labels(kind)
+        q_name = "decoder input (predicts the next token)" if kind != "enc-self" else "source token"
+        k_name = "source token" if kind != "dec-self" else "decoder input"
+        path = stem.with_name(f"{stem.name}-{kind}.png")
+        attention_grid(sm.maps[kind][indices].numpy(), [i + 1 for i in indices], q_labels, k_labels,
+                       f"{TITLES[kind]} — {sm.source!r} → {sm.translation!r}", path, q_name, k_name)
+        written.append(path)
+    json_path, npz_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".npz")
+    atomic_write_json(json_path, report)
+    arrays = {FIELDS[k]: sm.maps[k][indices].numpy() for k, indices in layers.items()}
+    arrays.update({f"{FIELDS[k]}_layers": np.array([i + 1 for i in indices]) for k, indices in layers.items()})
+    arrays.update(src_pieces=np.array(sm.src_pieces), tgt_pieces=np.array(sm.tgt_pieces))
+    atomic_write(npz_path, lambda f: np.savez_compressed(f, **arrays), binary=True)
+    return written + [json_path, npz_path]
+
+
+def _print_attention(sm: SentenceMaps, records: list[dict], console: Console) -> None:
+    console.print(f"source:         {sm.source}\ntranslation:    {sm.translation}\n"
+                  f"source pieces:  {' '.join(sm.src_pieces)}\ndecoder inputs: {' '.join(sm.tgt_pieces)}",
+                  highlight=False, markup=False)
+    table = Table(title="per-head attention statistics (means over query positions)",
+                  caption="entropy in nats; dist: mean distance |i - j| in positions; the rest: shares of "
+                          "attention weight on the same, previous and next position and on </s> and <s>",
+                  show_edge=False)
+    for name in ("kind", "layer", "head", "entropy", "dist", "same", "prev", "next", "</s>", "<s>"):
+        table.add_column(name, justify="left" if name == "kind" else "right", no_wrap=True)
     for r in records:
         table.add_row(r["kind"], str(r["layer"]), str(r["head"]), f"{r['entropy']:.2f}", f"{r['distance']:.2f}",
                       *(_share(r[name]) for name in ("same", "previous", "next", "eos", "bos")))
     console.print(table)
-    console.print("entropy in nats; distance in positions; shares of attention weight.  files: "
-                  + "  ".join(str(p) for p in written), highlight=False)
-    return report
 
 
 def _share(value: float | None) -> str:
@@ -441,10 +448,64 @@ def mask_each_head(judge: Judge, baseline: dict, tick=lambda: None) -> dict[Head
     return results
 
 
+GROUPS = {**{k: (k,) for k in KINDS}, "all": KINDS}  # pruning curves: each kind alone, then all together
+
+
+@dataclass
+class HeadAnalysis:
+    """Everything `mhatrain heads` measures; Head keys and [n_layers, H] tensors per kind."""
+
+    baseline: dict  # {"loss", "bleu"?} with every head open
+    gradient: dict[str, torch.Tensor]  # raw gradient importance
+    normalised: dict[str, torch.Tensor]  # per-layer L2-normalised
+    masked: dict[Head, dict]  # masked_* and delta_* scores per head
+    orders: dict[str, list[Head]]  # pruning order per group, least important first
+    curves: dict[str, list[dict]]  # pruning curve points per group
+
+
+def n_evaluations(model: Transformer) -> int:
+    """Scorings `measure_heads` makes: baseline, one per masked head, one per pruning point."""
+    pruned = sum(len(prune_counts(len(all_heads(model, kinds)))) - 1 for kinds in GROUPS.values())
+    return 1 + len(all_heads(model)) + pruned
+
+
+def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
+    """Baseline, gradient importance, single-head masking and pruning curves, with a progress bar."""
+    total = n_evaluations(judge.model)
+    progress = Progress(TextColumn("[bold]heads"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=True, disable=not console.is_terminal)
+    with progress:
+        task = progress.add_task("heads", total=total)
+        tick = lambda: progress.advance(task)  # noqa: E731
+        started = time.perf_counter()
+        baseline = judge.score(None)
+        tick()
+        each = time.perf_counter() - started
+        shown = f"loss {baseline['loss']:.4f}" + (f", BLEU {baseline['bleu']:.2f}" if "bleu" in baseline else "")
+        console.print(f"baseline: {shown} ({each:.1f}s; all {total} evaluations: about {total * each / 60:.0f} min)",
+                      highlight=False)
+        gradient = judge.gradient_importance()
+        normalised = normalise_per_layer(gradient)
+        masked = mask_each_head(judge, baseline, tick)
+        orders = {g: pruning_order(normalised, kinds) for g, kinds in GROUPS.items()}
+        curves = {g: pruning_curve(judge, order, baseline, tick) for g, order in orders.items()}
+    return HeadAnalysis(baseline, gradient, normalised, masked, orders, curves)
+
+
+NOTES = {
+    "loss": "mean NLL per target token (teacher forcing, no label smoothing)",
+    "masked_*/delta_*": "score with this head alone masked (gate 0), and its change from the baseline",
+    "gradient": "sum over batches of |dL/dgate| / target tokens, L = summed NLL of the batch (Michel et al. 2019)",
+    "gradient_normalised": "gradient divided by the L2 norm of its layer's gradients (Michel et al. 2019)",
+    "prune_rank": "position in the all-kinds pruning order (1 = removed first, least important)",
+    "pruning": "scores with the k least important heads (by gradient_normalised) of each group removed",
+}
+
+
 def analyse_heads(run_dir: Path, split: str = "valid", metric: str = "bleu", max_sentences: int = 500,
                   beam: int = 1, out: Path | None = None, checkpoint: str = "best", overrides=(),
                   console: Console | None = None) -> dict:
-    """The `mhatrain heads` command: masking, gradient importance and pruning curves, saved and shown."""
+    """The `mhatrain heads` command: measure, then save JSON and plots and print the tables."""
     from .runner import load_run
 
     console = console or Console()
@@ -460,59 +521,33 @@ def analyse_heads(run_dir: Path, split: str = "valid", metric: str = "bleu", max
     model = run.model
     judge = Judge(model, run.tokenizer, evalset, run.config.decode, run.device, run.config.train.precision,
                   beam, with_bleu=metric == "bleu")
-    groups = {**{k: [k] for k in KINDS}, "all": list(KINDS)}
-    heads = all_heads(model)
-    n_evals = 1 + len(heads) + sum(len(prune_counts(len(all_heads(model, kinds)))) - 1 for kinds in groups.values())
-    console.print(f"judging {len(heads)} heads ({model.cfg.n_heads} per layer) on {len(evalset.sources)} sentences "
-                  f"of '{split}' ({evalset.name}); metric {metric}"
-                  + (f", {'greedy' if beam == 1 else f'beam {beam}'} decoding" if metric == "bleu" else "")
-                  + f"; {n_evals} evaluations", highlight=False)
-
+    decoding = f", {'greedy' if beam == 1 else f'beam {beam}'} decoding" if metric == "bleu" else ""
+    console.print(f"judging {len(all_heads(model))} heads ({model.cfg.n_heads} per layer) on {len(evalset.sources)} "
+                  f"sentences of '{split}' ({evalset.name}); metric {metric}{decoding}", highlight=False, markup=False)
     started = time.perf_counter()
-    progress = Progress(TextColumn("[bold]heads"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=True, disable=not console.is_terminal)
-    with progress:
-        task = progress.add_task("heads", total=n_evals)
-        tick = lambda: progress.advance(task)  # noqa: E731
-        baseline = judge.score(None)
-        tick()
-        raw = judge.gradient_importance()
-        normalised = normalise_per_layer(raw)
-        masked = mask_each_head(judge, baseline, tick)
-        orders = {g: pruning_order(normalised, kinds) for g, kinds in groups.items()}
-        curves = {g: pruning_curve(judge, order, baseline, tick) for g, order in orders.items()}
+    analysis = measure_heads(judge, console)
     seconds = time.perf_counter() - started
 
-    rank = {head: i + 1 for i, head in enumerate(orders["all"])}
-    records = [{"kind": h.kind, "layer": h.layer + 1, "head": h.head + 1, **masked[h],
-                "gradient": float(raw[h.kind][h.layer, h.head]),
-                "gradient_normalised": round(float(normalised[h.kind][h.layer, h.head]), 5),
-                "prune_rank": rank[h]} for h in heads]
+    g, gn = analysis.gradient, analysis.normalised
+    rank = {head: i + 1 for i, head in enumerate(analysis.orders["all"])}
+    records = [{"kind": h.kind, "layer": h.layer + 1, "head": h.head + 1, **analysis.masked[h],
+                "gradient": float(g[h.kind][h.layer, h.head]),
+                "gradient_normalised": round(float(gn[h.kind][h.layer, h.head]), 5),
+                "prune_rank": rank[h]} for h in all_heads(model)]
     report = {
         "run_dir": str(run_dir), "checkpoint": checkpoint, "update": run.step, "split": split,
         "source": evalset.name, "sentences": len(evalset.sources), "target_tokens": evalset.n_tokens,
         "metric": metric, "beam": beam if metric == "bleu" else None, "n_heads": model.cfg.n_heads,
         "layers": {k: n_layers(model, k) for k in KINDS}, "seconds": round(seconds, 1),
-        "baseline": baseline,
-        "bleu_signature": judge.signature,
-        "notes": {
-            "loss": "mean NLL per target token (teacher forcing, no label smoothing)",
-            "masked/delta": "score with this head alone masked (gate 0), and its change from the baseline",
-            "gradient": "sum over batches of |dL/dgate| / target tokens, L = summed NLL of the batch (Michel et al. 2019)",
-            "gradient_normalised": "gradient divided by the L2 norm of its layer's gradients (Michel et al. 2019)",
-            "prune_rank": "position in the all-kinds pruning order (1 = removed first, least important)",
-            "pruning": "scores with the k least important heads (by gradient_normalised) of each group removed",
-        },
-        "heads": records,
-        "pruning": {g: {"heads": len(orders[g]), "points": curves[g]} for g in groups},
+        "baseline": analysis.baseline, "bleu_signature": judge.signature, "notes": NOTES, "heads": records,
+        "pruning": {grp: {"heads": len(analysis.orders[grp]), "points": analysis.curves[grp]} for grp in GROUPS},
     }
     out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
-    stem = f"heads-{split}"
-    atomic_write_json(out_dir / f"{stem}.json", report)
-    _plot_heads(report, raw, normalised, out_dir / f"{stem}-importance.png", out_dir / f"{stem}-pruning.png")
+    paths = [out_dir / f"heads-{split}{suffix}" for suffix in (".json", "-importance.png", "-pruning.png")]
+    atomic_write_json(paths[0], report)
+    _plot_heads(report, g, gn, paths[1], paths[2])
     _print_heads(report, console)
-    console.print(f"{seconds:.0f}s.  files: {out_dir / (stem + '.json')}  {out_dir / (stem + '-importance.png')}  "
-                  f"{out_dir / (stem + '-pruning.png')}", highlight=False)
+    console.print(f"{seconds:.0f}s.  files: " + "  ".join(map(str, paths)), highlight=False, markup=False)
     return report
 
 
@@ -548,7 +583,7 @@ def _print_heads(report: dict, console: Console) -> None:
     bleu = report["metric"] == "bleu"
     base = report["baseline"]
     table = Table(title=f"head importance (baseline loss {base['loss']:.3f}"
-                        + (f", BLEU {base['bleu']:.2f}" if bleu else "") + ")")
+                        + (f", BLEU {base['bleu']:.2f}" if bleu else "") + ")", show_edge=False)
     columns = ["kind", "layer", "head", "Δloss"] + (["ΔBLEU"] if bleu else []) + ["|∂L/∂g|", "normalised", "rank"]
     for name in columns:
         table.add_column(name, justify="left" if name == "kind" else "right", no_wrap=True)
