@@ -24,7 +24,7 @@ FORMAT = 1
 RESUMABLE_CHANGES = {
     "train.max_epochs", "train.max_steps", "train.patience", "train.log_every", "train.threads",
     "train.device", "train.checkpoint_every", "train.valid_every", "train.valid_max_sentences",
-    "train.valid_beam", "train.compile", "decode.beam", "decode.alpha", "decode.max_len_a",
+    "train.valid_beam", "train.compile", "train.max_bad_updates", "decode.beam", "decode.alpha", "decode.max_len_a",
     "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
 }
 

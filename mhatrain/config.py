@@ -72,6 +72,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # gradient clipping by global norm (0 = off)
+    max_bad_updates: int = 5  # stop after this many updates in a row skipped (non-finite loss, out of memory)
     valid_every: int = 0  # validate every N updates (0 = at the end of each epoch)
     valid_bleu: bool = True  # also decode the validation set and score BLEU
     valid_beam: int = 1  # beam size for validation BLEU (1 = greedy, fastest)
@@ -249,7 +250,7 @@ def validate(config: Config, source: str, check_paths: bool = True) -> None:
         "data.vocab_size": d.vocab_size, "train.max_tokens": t.max_tokens,
         "train.accum_steps": t.accum_steps, "train.max_epochs": t.max_epochs,
         "train.warmup_steps": t.warmup_steps, "train.valid_beam": t.valid_beam,
-        "train.log_every": t.log_every, "decode.beam": dec.beam, "decode.batch_tokens": dec.batch_tokens,
+        "train.log_every": t.log_every, "train.max_bad_updates": t.max_bad_updates, "decode.beam": dec.beam, "decode.batch_tokens": dec.batch_tokens,
     }
     for key, value in positive.items():
         if value <= 0:

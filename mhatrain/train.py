@@ -142,6 +142,8 @@ class Progress:
     train_seconds: float = 0.0  # time in training steps
     valid_seconds: float = 0.0  # time in validation
     target_tokens: int = 0
+    skipped_updates: int = 0  # updates skipped for a non-finite loss/gradient or out-of-memory
+    bad_in_a_row: int = 0
     finished: bool = False
     stop_reason: str = ""
 
@@ -204,7 +206,10 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
         raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
     if last is not None:
         check_compatible(last, config, str(run_dir / "last.pt"))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MhatrainError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
     dump_config(config, run_dir / "config.yaml")
 
     if t.threads:
@@ -258,23 +263,29 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
                 started = time.perf_counter()
                 stats = _update(step_model, model, optimizer, prepared.train, group, config, device, progress.step + 1)
                 progress.train_seconds += time.perf_counter() - started
-                progress.step += 1
                 progress.batch_in_epoch += len(group)
-                progress.target_tokens += stats["tokens"]
-                if progress.step % t.log_every == 0 or progress.step == 1:
+                skipped = "skipped" in stats
+                if skipped:
+                    _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log)
+                else:
+                    progress.bad_in_a_row = 0
+                    progress.step += 1
+                    progress.target_tokens += stats["tokens"]
+                if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
                     record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
                               "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
                     append_jsonl(run_dir / "metrics.jsonl", record)
                     display.log(record)
-                display.advance(progress.step, stats)
+                if not skipped:
+                    display.advance(progress.step, stats)
                 end_of_epoch = progress.batch_in_epoch >= len(batches)
                 if end_of_epoch:
                     progress.epoch += 1
                     progress.batch_in_epoch = 0
-                if (t.valid_every and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
+                if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
                     _validate_and_track(model, prepared, config, device, progress, run_dir, display)
                     checkpoint()
-                elif t.checkpoint_every and progress.step % t.checkpoint_every == 0:
+                elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
                     checkpoint()
                 progress.stop_reason = stop_reason(progress, t)
                 progress.finished = bool(progress.stop_reason)
@@ -317,16 +328,25 @@ def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]
     n_tokens = sum(b.n_tgt_tokens for b in batches)
     loss_sum = nll_sum = 0.0
     pad, cells = 0, 0
-    for batch in batches:
-        p, c = batch.padding_cells
-        pad, cells = pad + p, cells + c
-        batch = batch.to(device)
-        with autocast(device, t.precision):
-            loss, nll = batch_loss(step_model, batch, t.label_smoothing)
-        (loss / n_tokens).backward()
-        loss_sum += float(loss.detach())
-        nll_sum += float(nll)
+    try:
+        for batch in batches:
+            p, c = batch.padding_cells
+            pad, cells = pad + p, cells + c
+            batch = batch.to(device)
+            with autocast(device, t.precision):
+                loss, nll = batch_loss(step_model, batch, t.label_smoothing)
+            (loss / n_tokens).backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll)
+    except torch.OutOfMemoryError:
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
+    if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
     lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr
@@ -334,6 +354,18 @@ def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]
     optimizer.zero_grad(set_to_none=True)
     return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,
             "grad_norm": round(float(grad_norm), 3), "tokens": n_tokens, "padding": round(pad / cells, 3)}
+
+
+def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log) -> None:
+    """Count a skipped update; stop after `limit` in a row (the last checkpoint stays as it was)."""
+    progress.skipped_updates += 1
+    progress.bad_in_a_row += 1
+    log(f"warning: update {progress.step + 1} skipped: {why} ({progress.skipped_updates} skipped so far)")
+    if progress.bad_in_a_row >= limit:
+        raise MhatrainError(
+            f"stopped: {progress.bad_in_a_row} updates in a row skipped ({why}) at update {progress.step + 1}; "
+            f"the last good checkpoint in {run_dir} is unchanged (try a lower train.lr_factor or train.max_tokens)"
+        )
 
 
 def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display) -> None:
@@ -399,6 +431,6 @@ def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
         "stop_reason": progress.stop_reason, "best_score": progress.best_score, "best_step": progress.best_step,
         "train_seconds": round(progress.train_seconds, 1), "valid_seconds": round(progress.valid_seconds, 1),
         "valid_share": round(progress.valid_seconds / wall, 3) if wall else 0.0,
-        "target_tokens": progress.target_tokens,
+        "target_tokens": progress.target_tokens, "skipped_updates": progress.skipped_updates,
         "tokens_per_s": round(progress.target_tokens / progress.train_seconds, 1) if progress.train_seconds else 0.0,
     }

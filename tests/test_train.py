@@ -177,3 +177,38 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
     assert summary["updates"] < 200
     best = load_checkpoint(out / "best.pt")
     assert best["progress"]["step"] == summary["best_step"] < summary["updates"]
+
+
+def _poison_losses(monkeypatch, bad_calls):
+    """Make batch_loss return NaN on the given call numbers (1-based)."""
+    import mhatrain.train as T
+
+    real, calls = T.batch_loss, {"n": 0}
+
+    def poisoned(model, batch, smoothing):
+        calls["n"] += 1
+        loss, nll = real(model, batch, smoothing)
+        return (loss * float("nan"), nll) if calls["n"] in bad_calls else (loss, nll)
+
+    monkeypatch.setattr(T, "batch_loss", poisoned)
+
+
+def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path, spm_cache, monkeypatch):
+    _poison_losses(monkeypatch, {3})
+    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run",
+                    console=Silent())
+    assert summary["skipped_updates"] == 1 and summary["updates"] == 6
+    assert all(torch.isfinite(w).all() for w in weights(tmp_path / "run").values())
+
+
+def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(tmp_path, spm_cache, monkeypatch):
+    from mhatrain.errors import MhatrainError
+
+    _poison_losses(monkeypatch, set(range(5, 100)))
+    out = tmp_path / "run"
+    with pytest.raises(MhatrainError, match=r"stopped: 3 updates in a row skipped \(non-finite loss\) at update 5"):
+        train(quiet_config(spm_cache, "train.max_steps=50", "train.checkpoint_every=2", "train.max_bad_updates=3"),
+              out, console=Silent())
+    state = load_checkpoint(out / "last.pt")
+    assert state["progress"]["step"] == 4
+    assert all(torch.isfinite(w).all() for w in state["model"].values())

@@ -1,0 +1,43 @@
+"""Atomic writes: a failed write leaves the previous file as it was and says what went wrong."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from mhatrain.errors import MhatrainError
+from mhatrain.io import atomic_write_json, atomic_write_text
+
+
+def test_full_disk_keeps_the_previous_file(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+    atomic_write_json(target, {"bleu": 1.0})
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(MhatrainError, match=r"cannot write .*report\.json: No space left on device"):
+        atomic_write_json(target, {"bleu": 2.0})
+    assert target.read_text() == '{\n  "bleu": 1.0\n}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(MhatrainError, match="cannot write to"):
+        atomic_write_text(blocker / "sub" / "out.txt", "data")
+
+
+def test_cli_refuses_an_output_directory_it_cannot_create(tmp_path):
+    from .conftest import TINY, run_cli
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run_cli("train", str(TINY), "--out", str(blocker / "run"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: cannot create run directory")
+    assert blocker.read_text() == "x"
