@@ -17,6 +17,7 @@ import torch
 
 from .config import Config, config_from_dict, load_config
 from .errors import CheckpointError
+from .faults import fault_point, interruptible
 from .io import atomic_write
 
 FORMAT = 1
@@ -34,9 +35,11 @@ def save_checkpoint(path: Path, state: dict) -> None:
     path = Path(path)
     state = {"format": FORMAT, **state}
     tmp = path.with_name(f".{path.name}.partial")
-    atomic_write(tmp, lambda f: torch.save(state, f), binary=True)
+    atomic_write(tmp, lambda f: torch.save(state, interruptible(f, "checkpoint-write")), binary=True)
+    fault_point("checkpoint-rename")
     if path.name == "last.pt" and path.exists():
         os.replace(path, path.with_name("last.prev.pt"))
+        fault_point("checkpoint-swap")
     os.replace(tmp, path)
 
 
@@ -47,11 +50,19 @@ def load_checkpoint(path: Path, map_location="cpu") -> dict:
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, bad pickle opcode, forbidden global, ...
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: damaged or not a mhatrain checkpoint ({first})") from None
+        raise CheckpointError(f"{path}: damaged or not a mhatrain checkpoint ({_load_failure(exc)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
         raise CheckpointError(f"{path}: not a mhatrain checkpoint (format {FORMAT})")
     return state
+
+
+def _load_failure(exc: Exception) -> str:
+    """The informative part of torch.load's error (its weights_only text advises unsafe loading)."""
+    text = str(exc).strip()
+    if "WeightsUnpickler error:" in text:
+        detail = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].split(" was not ")[0]
+        return f"refused by the weights-only loader: {detail}"
+    return text.splitlines()[0].split(". ")[0][:160] if text else type(exc).__name__
 
 
 def load_latest(run_dir: Path, log=print) -> dict | None:
@@ -71,12 +82,28 @@ def load_latest(run_dir: Path, log=print) -> dict | None:
     return None
 
 
+def remove_partial_writes(run_dir: Path) -> list[Path]:
+    """Delete the temporary files that a killed writer leaves behind (`.NAME.partial`, `.NAME.*.tmp`)."""
+    removed = []
+    for path in [*Path(run_dir).glob(".*.partial"), *Path(run_dir).glob(".*.tmp")]:
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file()
 
 
-def open_run(run_dir: Path, which: str = "best") -> tuple[Config, dict, Path]:
-    """Config, checkpoint state and tokenizer path of a finished or running run directory."""
+def open_run(run_dir: Path, which: str = "best", log=None) -> tuple[Config, dict, Path]:
+    """Config, checkpoint state and tokenizer path of a finished or running run directory.
+
+    A damaged checkpoint is reported through `log` and the next one is used (best.pt → last.pt →
+    last.prev.pt); a checkpoint made with another config than config.yaml is refused.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory not found: {run_dir}")
@@ -86,18 +113,24 @@ def open_run(run_dir: Path, which: str = "best") -> tuple[Config, dict, Path]:
     tokenizer = run_dir / "spm.model"
     if not tokenizer.is_file():
         raise CheckpointError(f"{run_dir}: tokenizer spm.model is missing")
-    names = {"best": ("best.pt", "last.pt", "last.prev.pt"), "last": ("last.pt", "last.prev.pt")}[which]
+    names = {"best": ("best.pt", "last.pt", "last.prev.pt"), "last": ("last.pt", "last.prev.pt"),
+             "averaged": ("averaged.pt",)}[which]
     errors = []
     for name in names:
-        if (run_dir / name).exists():
-            try:
-                state = load_checkpoint(run_dir / name)
-                check_compatible(state, config, str(run_dir / name))
-                return config, state, tokenizer
-            except CheckpointError as exc:
-                errors.append(str(exc))
+        if not (run_dir / name).exists():
+            continue
+        try:
+            state = load_checkpoint(run_dir / name)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+            continue
+        check_compatible(state, config, str(run_dir / name))  # config.yaml differs: so would every checkpoint
+        for error in errors if log is not None else ():
+            log(f"warning: {error}; using {name} instead")
+        return config, state, tokenizer
     if errors:
-        raise CheckpointError(errors[0])
+        each = "; ".join(e.replace(f"{run_dir}{os.sep}", "", 1) for e in errors)  # the file names, not their paths
+        raise CheckpointError(f"{run_dir}: no readable checkpoint: {each}")
     raise CheckpointError(f"{run_dir}: no checkpoint yet (train it first)")
 
 

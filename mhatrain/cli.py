@@ -54,14 +54,14 @@ def evaluate(
     split: str = typer.Option("test", "--split", help="train, valid, test, or a split name of the data source."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
-    checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate a split with beam search and score it with sacreBLEU and chrF."""
     from .runner import evaluate_run
 
-    if checkpoint not in ("best", "last"):
-        raise MhatrainError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    if checkpoint not in ("best", "last", "averaged"):
+        raise MhatrainError(f"--checkpoint must be best, last or averaged, got {checkpoint!r}")
     evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console)
 
 
@@ -78,6 +78,46 @@ def translate(
 
     lines = list(text) if text else None
     translate_lines(run_dir, lines, beam, alpha, set_ or [])
+
+
+@app.command()
+def average(
+    run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
+    checkpoints: List[Path] = typer.Argument(..., help="Checkpoints to average (same config and vocabulary)."),
+):
+    """Average checkpoints' weights into RUN_DIR/averaged.pt (evaluate with --checkpoint averaged)."""
+    from .average import average_run
+
+    target = average_run(run_dir, list(checkpoints))
+    console.print(f"averaged {len(checkpoints)} checkpoints into {target}")
+
+
+@app.command()
+def ablate(
+    config: Path = typer.Argument(..., help="YAML config file: every grid point starts from it."),
+    heads: str = typer.Option("1,4,8,16,32", "--heads", help="Head counts h; each must divide model.d_model."),
+    seeds: str = typer.Option("1", "--seeds", help="Seeds (train.seed), e.g. 1,2,3."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    jobs: int = typer.Option(1, "--jobs", help="Grid points run at once (as subprocesses when > 1)."),
+    devices: Optional[str] = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Record the study, print each point's command, train nothing."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
+):
+    """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
+    from .ablate import run_study
+
+    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console)
+
+
+@app.command()
+def report(
+    study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
+):
+    """Report a head-count study (also a partial one): tables, significance tests against h=8 and a plot."""
+    from .report import report_study
+
+    report_study(study_dir, console)
 
 
 @app.command()
@@ -118,22 +158,48 @@ def main() -> None:
     except MhatrainError as exc:
         if _state["debug"]:
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _print_error(str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:  # from outside mhatrain: the option parser's usage errors and aborts, torch's OOM
+        usage_errors, aborts = _parser_exceptions()
+        if isinstance(exc, aborts):
+            sys.exit(130)
+        if type(exc).__name__ == "OutOfMemoryError" and not _state["debug"]:  # training steps skip their own
+            _print_error(f"out of GPU memory ({str(exc).splitlines()[0][:120]}); lower train.max_tokens or "
+                         f"decode.batch_tokens with --set")
+            sys.exit(2)
+        if not isinstance(exc, usage_errors) or _state["debug"]:
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `mhatrain`: the help text
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        _print_error(" ".join(exc.format_message().split()) + hint)
+        sys.exit(exc.exit_code or 2)
+
+
+def _print_error(message: str) -> None:
+    from rich.markup import escape
+
+    # escape: a message quoting user input such as "[x]" must print as it is, not as console markup
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _parser_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Usage-error and abort classes of the option parser. Typer ≥ 0.2x parses with its own copy
+    of click, whose exceptions derive from typer.TyperException, not from click's."""
+    import click
+
+    usage = [click.exceptions.ClickException]
+    if hasattr(typer, "TyperException"):
+        usage.append(typer.TyperException)
+    return tuple(usage), (click.exceptions.Abort, typer.Abort)
 
 
 if __name__ == "__main__":

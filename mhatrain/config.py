@@ -123,14 +123,19 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+            if context and start and mark and start.line != mark.line:  # e.g. where an unclosed [ began
+                problem += f" ({context} started at line {start.line + 1})"
             raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
         except UnicodeDecodeError:
             raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        if raw is None:
+            raise ConfigError(f"{path}: config file is empty (expected sections such as model:, data:, train:)")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
     config = _build(raw, source)

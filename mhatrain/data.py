@@ -12,7 +12,6 @@ import gzip
 import hashlib
 import io
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,9 +234,12 @@ def train_or_load_tokenizer(cfg: DataConfig, train: Corpus, log=print) -> Path:
 
 def install_tokenizer(source: Path, run_dir: Path) -> Tokenizer:
     """Copy the tokenizer into the run directory so the run is self-contained."""
+    from .io import atomic_write
+
     target = run_dir / "spm.model"
-    if not target.exists() or target.read_bytes() != Path(source).read_bytes():
-        shutil.copyfile(source, target)
+    data = Path(source).read_bytes()
+    if not target.exists() or target.read_bytes() != data:
+        atomic_write(target, lambda f: f.write(data), binary=True)  # a kill mid-copy must not leave half a model
     return Tokenizer(target)
 
 

@@ -29,12 +29,12 @@ def atomic_write(path: Path, write: Callable[[object], None], binary: bool = Fal
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         _remove_quietly(tmp)
-        raise MhatrainError(f"cannot write {path}: {exc.strerror}") from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+        cause = _os_error(exc)
+        if cause is None:
+            raise
+        raise MhatrainError(f"cannot write {path}: {cause.strerror or cause}") from None
     _fsync_dir(path.parent)
 
 
@@ -47,10 +47,23 @@ def atomic_write_json(path: Path, data) -> None:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise MhatrainError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`, if any: torch.save reports a failed write (a full disk) as a
+    RuntimeError raised while handling the OSError."""
+    for _ in range(4):
+        if exc is None or isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _remove_quietly(path: str) -> None:

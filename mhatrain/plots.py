@@ -169,3 +169,48 @@ def pruning_plot(curves: dict[str, list[tuple[float, float]]], sizes: dict[str, 
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     _save(fig, path, 6.4, 4.4)
+
+
+def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
+    """Measures against the number of heads h (log₂ axis): ours with error bars over seeds, the paper's beside.
+
+    panels: one per measure, each {"label": y label of ours, "ours": {h: [one value per seed]},
+    "paper": {h: value}, "paper_label": y label of the paper's values}. The paper's values go on a
+    second y axis: they come from another data set and model size, so the shapes compare, the levels do not.
+    """
+    width, height = 5.6 * len(panels), 4.4
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        ours, paper = panel["ours"], panel.get("paper") or {}
+        heads = sorted(set(ours) | set(paper))
+        handles = []
+        if ours:
+            hs = sorted(ours)
+            means = [float(np.mean(ours[h])) for h in hs]
+            stds = [float(np.std(ours[h], ddof=1)) if len(ours[h]) > 1 else 0.0 for h in hs]
+            for h in hs:  # every seed, faint, behind the mean
+                ax.scatter([h] * len(ours[h]), ours[h], s=12, color="tab:blue", alpha=0.35, linewidths=0)
+            handles.append(ax.errorbar(hs, means, yerr=stds, marker="o", capsize=4, color="tab:blue",
+                                       label="ours: mean ± std over seeds"))
+        ax.set_ylabel(panel["label"], color="tab:blue")
+        if paper:
+            twin = ax.twinx()
+            ps = sorted(paper)
+            handles += twin.plot(ps, [paper[h] for h in ps], marker="s", linestyle="--", color="tab:orange",
+                                 label="paper, Table 3 (A)")
+            twin.set_ylabel(panel.get("paper_label", "paper"), color="tab:orange")
+        ax.set_xscale("log", base=2)
+        if heads:
+            ax.set_xticks(heads, [str(h) for h in heads])
+            ax.set_xlim(min(heads) / 1.5, max(heads) * 1.5)
+        ax.minorticks_off()
+        ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
+        ax.grid(alpha=0.3)
+        if handles:  # below the axes: the two y axes share the area inside
+            ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+                      frameon=False)
+        if not ours:
+            ax.text(0.5, 0.5, "no finished runs yet", transform=ax.transAxes, ha="center", va="center", color="grey")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path, width, height)

@@ -34,10 +34,11 @@ class LoadedRun:
 
 
 def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> LoadedRun:
-    config, state, tokenizer_path = open_run(Path(run_dir), which)
+    config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn)
     for item in overrides:
         apply_override(config, item)
     validate(config, f"{run_dir}/config.yaml", check_paths=False)
+    _check_architecture(config, state["config"], overrides)
     tokenizer = Tokenizer(tokenizer_path)
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
         raise MhatrainError(f"{run_dir}: checkpoint was made with a different vocabulary than spm.model")
@@ -49,6 +50,20 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> L
         raise MhatrainError(f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})") from None
     model.to(device).eval()
     return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)))
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # stderr: translate's stdout holds only translations
+
+
+def _check_architecture(config: Config, trained: dict, overrides: list[str]) -> None:
+    """Refuse a --set that changes the shape of a trained model (a different n_heads with the same
+    d_model would even load, and compute something else). Dropout is off at inference: allowed."""
+    for key, value in config.to_dict()["model"].items():
+        if key not in ("dropout", "attention_dropout") and trained["model"].get(key) != value:
+            given = next((o for o in overrides if o.split("=", 1)[0].strip() == f"model.{key}"), f"model.{key}")
+            raise MhatrainError(f"--set {given}: the model was trained with model.{key}="
+                                f"{trained['model'].get(key)!r}; a trained model's architecture cannot change")
 
 
 def split_name(config: Config, split: str) -> str:
@@ -74,7 +89,7 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
                   sentences_per_s=round(len(hyps) / seconds, 1))
     out_dir = Path(run_dir) / "eval"
-    stem = f"{split}.beam{beam}"
+    stem = f"{split}.beam{beam}" + ("" if which == "best" else f".{which}")
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write_json(out_dir / f"{stem}.json", result)
     table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences, beam {beam}, alpha {alpha})")
@@ -96,7 +111,12 @@ def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, al
     """Translate `lines` (or stdin when None) and print one translation per line."""
     from_stdin = lines is None
     if from_stdin:
-        lines = [line.rstrip("\n") for line in sys.stdin]
+        lines = []
+        for number, raw in enumerate(sys.stdin.buffer, 1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as exc:
+                raise MhatrainError(f"stdin line {number}: not valid UTF-8 (byte {exc.start})") from None
     for number, line in enumerate(lines, 1):
         where = f"stdin line {number}" if from_stdin else f"argument {number}"
         if not line.strip():

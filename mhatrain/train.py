@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 
 from . import data as D
-from .checkpoint import check_compatible, load_latest, save_checkpoint
+from .checkpoint import check_compatible, is_run_dir, load_latest, remove_partial_writes, save_checkpoint
 from .config import Config, dump_config
 from .decode import translate_ids
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
+from .faults import fault_point
 from .io import append_jsonl, atomic_write_text
 from .model import Transformer, build_model, count_parameters
 
@@ -116,6 +117,7 @@ def validate(model: Transformer, prepared: Prepared, config: Config, device: tor
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens
     result = {"valid_loss": nll_sum / n_tokens, "valid_ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
+    fault_point("validation")
     if config.train.valid_bleu:
         limit = config.train.valid_max_sentences or len(prepared.valid_src)
         ids = translate_ids(model, prepared.valid_src[:limit], config.decode, device,
@@ -201,7 +203,15 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
     log = console.print if console is not None else print
     run_dir = Path(run_dir)
     t = config.train
+    if resume and not is_run_dir(run_dir):
+        raise CheckpointError(f"nothing to resume in {run_dir}: not a run directory (no config.yaml); "
+                              f"drop --resume to start a new run there")
     last = load_latest(run_dir, log) if resume else None
+    if resume:
+        for path in remove_partial_writes(run_dir):
+            log(f"removed {path.name}, left by an interrupted write")
+        if last is None:
+            log(f"no checkpoint in {run_dir} yet: starting from the beginning")
     if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
         raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
     if last is not None:
@@ -232,8 +242,8 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
         progress.stop_reason = stop_reason(progress, t)
         progress.finished = bool(progress.stop_reason)
         _set_rng_state(last["rng"])
-        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
+    _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
     if progress.finished:
@@ -350,6 +360,7 @@ def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]
     lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr
+    fault_point("update")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,

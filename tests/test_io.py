@@ -41,3 +41,30 @@ def test_cli_refuses_an_output_directory_it_cannot_create(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: cannot create run directory")
     assert blocker.read_text() == "x"
+
+
+def test_a_full_disk_during_torch_save_is_a_clear_error(tmp_path):
+    # torch.save turns the OSError of a failed write into a RuntimeError; the cause is still reported.
+    import torch
+
+    from mhatrain.io import atomic_write
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f, self.left = f, 10_000
+
+        def write(self, data):
+            self.left -= len(data)
+            if self.left < 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+        def flush(self):
+            self.f.flush()
+
+    target = tmp_path / "last.pt"
+    target.write_bytes(b"previous")
+    with pytest.raises(MhatrainError, match=r"cannot write .*last\.pt: No space left on device"):
+        atomic_write(target, lambda f: torch.save({"w": torch.zeros(100_000)}, FullDisk(f)), binary=True)
+    assert target.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]

@@ -1,0 +1,568 @@
+"""The head-count study's report: statistics per h over seeds, paired bootstrap tests against h=8,
+and the paper's Table 3 (A) and the explainer article's claim beside our numbers.
+
+Every number is read from the run directories, so a report works on a partial study and on run
+directories that a cluster filled by running the commands of `mhatrain ablate --dry-run`:
+    config.yaml                     h (model.n_heads), d_model, decode.beam
+    train_summary.json              parameters, updates, training time, target tokens/s
+    metrics.jsonl                   validation perplexity at the update of the best checkpoint
+    eval/valid.beamK.json           validation BLEU (whole validation set, beam K = decode.beam)
+    eval/test.beamK.json, .hyp.txt  test BLEU and chrF; the hypotheses feed the bootstrap
+Outputs, next to the runs: report.md, report.csv (one row per h), report-runs.csv (one row per
+run), report.json (everything) and report.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
+from .errors import MhatrainError
+from .io import atomic_write_json, atomic_write_text
+
+BASELINE_HEADS = 8
+BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for paired bootstrap resampling
+
+PAPER_SOURCE = ("Vaswani et al. 2017, \"Attention Is All You Need\", Table 3 rows (A): WMT14 English→German, "
+                "newstest2013 (dev), base model (N=6, d_model=512), beam 4, α=0.6; PPL per word-piece")
+PAPER_TABLE_3A = {  # h: d_k = d_v, dev perplexity, dev BLEU
+    1: {"d_k": 512, "ppl": 5.29, "bleu": 24.9},
+    4: {"d_k": 128, "ppl": 5.00, "bleu": 25.5},
+    8: {"d_k": 64, "ppl": 4.92, "bleu": 25.8},
+    16: {"d_k": 32, "ppl": 4.91, "bleu": 25.8},
+    32: {"d_k": 16, "ppl": 5.01, "bleu": 25.4},
+}
+ARTICLE_CLAIM = {"text": "8 heads beat 1 head by 2.3 BLEU", "h8_minus_h1_bleu": 2.3,
+                 "source": "the explainer article the project starts from (a claim to check, not to trust)"}
+
+METRICS = ("valid_ppl", "valid_bleu", "test_bleu", "test_chrf", "train_seconds", "tokens_per_s")
+
+
+@dataclass
+class RunRecord:
+    """What one grid point's run directory says, as far as it got."""
+
+    name: str
+    heads: int
+    seed: int
+    run_dir: str
+    status: str = "pending"  # pending | training | evaluating | done
+    d_head: int | None = None
+    parameters: int | None = None
+    updates: int | None = None
+    valid_ppl: float | None = None
+    valid_bleu: float | None = None
+    test_bleu: float | None = None
+    test_chrf: float | None = None
+    train_seconds: float | None = None
+    tokens_per_s: float | None = None
+    beam: int | None = None
+    bleu_signature: str | None = None
+    test_hypotheses: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- gathering
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_yaml(path: Path) -> dict | None:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _valid_records(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut by a kill
+            continue
+        if isinstance(record, dict) and record.get("kind") == "valid":
+            records.append(record)
+    return records
+
+
+def read_run(point: Point, run_dir: Path) -> RunRecord:
+    record = RunRecord(point.name, point.heads, point.seed, str(run_dir))
+    config = _read_yaml(run_dir / "config.yaml")
+    if config is None:
+        record.status = "training" if run_dir.is_dir() and any(run_dir.iterdir()) else "pending"
+        return record
+    model, decode = config.get("model") or {}, config.get("decode") or {}
+    if model.get("n_heads") not in (None, point.heads):
+        record.notes.append(f"config.yaml has n_heads={model.get('n_heads')}, not {point.heads} as its name says")
+    if model.get("d_model"):
+        record.d_head = model["d_model"] // point.heads
+    record.beam = decode.get("beam")
+    summary = _read_json(run_dir / "train_summary.json")
+    valid_records = _valid_records(run_dir / "metrics.jsonl")
+    if summary is None:  # laid out by `ablate` (config.yaml only), or training
+        started = any((run_dir / name).exists() for name in ("last.pt", "last.prev.pt", "metrics.jsonl"))
+        record.status = "training" if started else "pending"
+        record.updates = valid_records[-1]["step"] if valid_records else None
+        return record
+    record.parameters, record.updates = summary.get("parameters"), summary.get("updates")
+    record.train_seconds, record.tokens_per_s = summary.get("train_seconds"), summary.get("tokens_per_s")
+    at_best = [r for r in valid_records if r.get("step") == summary.get("best_step")]
+    if at_best:  # the checkpoint that eval scores is best.pt
+        record.valid_ppl = at_best[-1].get("valid_ppl")
+    valid = _read_json(run_dir / "eval" / f"valid.beam{record.beam}.json")
+    test = _read_json(run_dir / "eval" / f"test.beam{record.beam}.json")
+    if valid is not None:
+        record.valid_bleu = valid.get("bleu")
+    if test is not None:
+        record.test_bleu, record.test_chrf = test.get("bleu"), test.get("chrf")
+        record.bleu_signature = test.get("bleu_signature")
+        if record.parameters is None:
+            record.parameters = test.get("parameters")
+        hyps = run_dir / "eval" / f"test.beam{record.beam}.hyp.txt"
+        record.test_hypotheses = str(hyps) if hyps.is_file() else None
+    record.status = "done" if valid is not None and test is not None else "evaluating"
+    return record
+
+
+def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
+    """The study's grid (recorded, plus any run directories found) and a record for every point."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise MhatrainError(f"study directory not found: {study_dir}")
+    recorded = _read_yaml(study_dir / STUDY_FILE) or {}
+    points = {Point(h, s) for h in recorded.get("heads", []) for s in recorded.get("seeds", [])}
+    points |= {p for p in map(parse_point_name, (d.name for d in study_dir.iterdir() if d.is_dir())) if p}
+    if not points:
+        raise MhatrainError(f"{study_dir} holds no study: no {STUDY_FILE} and no h<H>-seed<S> run directories "
+                            f"(make one with `mhatrain ablate CONFIG --out {study_dir}`)")
+    seeds_order = list(dict.fromkeys([*recorded.get("seeds", []), *sorted({p.seed for p in points})]))
+    ordered = sorted(points, key=lambda p: (p.heads, seeds_order.index(p.seed)))
+    runs = [read_run(p, study_dir / p.name) for p in ordered]
+    base = _read_yaml(study_dir / BASE_CONFIG) or {}
+    grid = {"heads": sorted({p.heads for p in points}), "seeds": seeds_order,
+            "d_model": (base.get("model") or {}).get("d_model"), "config": recorded.get("config"),
+            "overrides": recorded.get("overrides", [])}
+    if grid["d_model"] is None:
+        grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
+    for run in runs:
+        if run.d_head is None and grid["d_model"]:
+            run.d_head = grid["d_model"] // run.heads
+    return grid, runs
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def describe(values: dict[int, float]) -> dict:
+    """Mean, sample standard deviation (None for one seed) and the values per seed."""
+    numbers = [v for v in values.values() if v is not None]
+    return {
+        "mean": round(statistics.fmean(numbers), 4) if numbers else None,
+        "std": round(statistics.stdev(numbers), 4) if len(numbers) >= 2 else None,
+        "n": len(numbers),
+        "per_seed": {str(seed): v for seed, v in values.items()},
+    }
+
+
+def paired_bootstrap(baseline: list[str], systems: dict[str, list[str]], references: list[str],
+                     n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[dict[str, dict], str]:
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of each system's BLEU against the baseline.
+
+    Returns per system: its BLEU, the p-value of its difference to the baseline, and sacreBLEU's
+    95% interval of its BLEU over the resamples (mean ± half-width); and the test's signature.
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if not systems:
+        return {}, ""
+    named = [("baseline", baseline), *systems.items()]
+    signatures, scores = PairedTest(named, {"BLEU": BLEU()}, [references], test_type="bs", n_samples=n_samples)()
+    (key,) = [k for k in scores if k != "System"]
+    base = scores[key][0]
+    out = {}
+    for (name, hyps), result in zip(systems.items(), scores[key][1:]):
+        p_value = result.p_value
+        if hyps == baseline:
+            # sacreBLEU counts only resampled differences strictly larger than the observed one, so two
+            # identical outputs would get p = 1/(n+1). Nothing differs at all: no evidence, p = 1.
+            p_value = 1.0
+        out[name] = {
+            "bleu": round(result.score, 2), "p_value": round(p_value, 4),
+            "ci95": [round(result.mean - result.ci, 2), round(result.mean + result.ci, 2)],
+            "baseline_bleu": round(base.score, 2),
+            "baseline_ci95": [round(base.mean - base.ci, 2), round(base.mean + base.ci, 2)],
+            "difference": round(result.score - base.score, 2),
+        }
+    return out, str(signatures[key])
+
+
+def _test_references(runs: list[RunRecord]) -> tuple[list[str] | None, str]:
+    from .config import load_config
+    from .data import load_split
+    from .runner import split_name
+
+    source = next((r for r in runs if r.status == "done" and r.heads == BASELINE_HEADS), None)
+    try:
+        config = load_config(Path(source.run_dir) / "config.yaml", check_paths=False)
+        corpus = load_split(config.data, split_name(config, "test"))
+    except MhatrainError as exc:
+        return None, f"test references unavailable ({exc}): significance tests skipped"
+    return corpus.tgt, ""
+
+
+def significance(runs: list[RunRecord], n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[list[dict], str, list[str]]:
+    """Each finished h against the finished h=8 run of the same seed, on the test set."""
+    done = {(r.heads, r.seed): r for r in runs if r.status == "done" and r.test_hypotheses}
+    baselines = {seed: r for (h, seed), r in done.items() if h == BASELINE_HEADS}
+    if not baselines or len(done) == len(baselines):
+        return [], "", []
+    references, problem = _test_references(runs)
+    if references is None:
+        return [], "", [problem]
+    tests, signature, notes = [], "", []
+    for seed, base in baselines.items():
+        base_hyps = _lines(base.test_hypotheses)
+        systems = {r.name: _lines(r.test_hypotheses) for (h, s), r in sorted(done.items())
+                   if s == seed and h != BASELINE_HEADS}
+        sizes = {len(base_hyps), len(references), *map(len, systems.values())}
+        if len(sizes) != 1:
+            notes.append(f"seed {seed}: hypotheses and references differ in length: significance tests skipped")
+            continue
+        results, signature = paired_bootstrap(base_hyps, systems, references, n_samples)
+        for name, result in results.items():
+            run = next(r for r in runs if r.name == name)
+            tests.append({"heads": run.heads, "seed": seed, "run": name, "baseline": base.name, **result})
+    return tests, signature, notes
+
+
+def _lines(path: str) -> list[str]:
+    return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    grid, runs = gather(study_dir)
+    tests, signature, notes = significance(runs, n_samples)
+    baseline_done = [r for r in runs if r.heads == BASELINE_HEADS and r.status == "done"]
+    if not baseline_done:
+        notes.append(f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
+                     f"need one" + ("" if BASELINE_HEADS in grid["heads"] else f" (add {BASELINE_HEADS} to --heads)"))
+    by_heads = [_heads_row(h, [r for r in runs if r.heads == h], tests, grid["d_model"]) for h in grid["heads"]]
+    base_row = next((row for row in by_heads if row["heads"] == BASELINE_HEADS), None)
+    for row in by_heads:
+        row["diff_to_h8"] = _differences(row, base_row)
+    parameters = {r.parameters for r in runs if r.parameters is not None}
+    if len(parameters) > 1:
+        notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
+    signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
+    return {
+        "study_dir": str(study_dir), "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "grid": grid, "baseline_heads": BASELINE_HEADS,
+        "runs_done": sum(r.status == "done" for r in runs), "runs_total": len(runs),
+        "runs": [asdict(r) for r in runs], "by_heads": by_heads,
+        "significance": {"method": "paired bootstrap resampling (sacreBLEU, Koehn 2004), test BLEU, each h against "
+                                   f"h={BASELINE_HEADS} of the same seed", "samples": n_samples,
+                         "signature": signature, "tests": tests},
+        "claims": _claims(by_heads, tests),
+        "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
+        "bleu_signatures": signatures, "notes": notes,
+    }
+
+
+def _heads_row(h: int, runs: list[RunRecord], tests: list[dict], d_model: int | None) -> dict:
+    done = [r for r in runs if r.status == "done"]
+    parameters = sorted({r.parameters for r in runs if r.parameters is not None})
+    paper = PAPER_TABLE_3A.get(h)
+    row = {
+        "heads": h, "d_head": d_model // h if d_model else None,
+        "parameters": parameters[0] if len(parameters) == 1 else (parameters or None),
+        "runs_done": len(done), "runs": len(runs),
+        "pending": [f"{r.name} ({r.status}{f', update {r.updates}' if r.status == 'training' and r.updates else ''})"
+                    for r in runs if r.status != "done"],
+        **{metric: describe({r.seed: getattr(r, metric) for r in done}) for metric in METRICS},
+        "significance": [t for t in tests if t["heads"] == h],
+        "paper": None,
+    }
+    if paper is not None:
+        base = PAPER_TABLE_3A[BASELINE_HEADS]
+        row["paper"] = {**paper, "bleu_diff_to_h8": round(paper["bleu"] - base["bleu"], 2),
+                        "ppl_diff_to_h8": round(paper["ppl"] - base["ppl"], 2)}
+    return row
+
+
+def _differences(row: dict, base_row: dict | None) -> dict | None:
+    if base_row is None or not base_row["runs_done"] or not row["runs_done"]:
+        return None
+    out = {}
+    for metric in ("test_bleu", "valid_bleu", "valid_ppl", "test_chrf"):
+        a, b = row[metric]["mean"], base_row[metric]["mean"]
+        out[metric] = round(a - b, 2) if a is not None and b is not None else None
+    return out
+
+
+def _claims(by_heads: list[dict], tests: list[dict]) -> dict:
+    rows = {row["heads"]: row for row in by_heads}
+    ours = None
+    if 1 in rows and rows[1]["diff_to_h8"] is not None:
+        diff = rows[1]["diff_to_h8"]
+        ours = {"test_bleu": -diff["test_bleu"] if diff["test_bleu"] is not None else None,
+                "valid_bleu": -diff["valid_bleu"] if diff["valid_bleu"] is not None else None,
+                "p_values": [t["p_value"] for t in tests if t["heads"] == 1]}
+    return {
+        "article": ARTICLE_CLAIM,
+        "paper": {"h8_minus_h1_bleu": round(PAPER_TABLE_3A[8]["bleu"] - PAPER_TABLE_3A[1]["bleu"], 2),
+                  "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)"},
+        "ours": ours,  # h=8 minus h=1, mean over seeds; None until both have a finished run
+    }
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _num(value, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and math.isnan(value):
+        return "—"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _stat(stat: dict, digits: int = 2) -> str:
+    if stat["mean"] is None:
+        return "—"
+    if stat["std"] is None:
+        return _num(stat["mean"], digits)
+    return f"{_num(stat['mean'], digits)} ± {_num(stat['std'], digits)}"
+
+
+def _signed(value, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:+.{digits}f}"
+
+
+def _p_values(row: dict) -> str:
+    return ", ".join(f"{t['p_value']:.3f}" for t in row["significance"]) or "—"
+
+
+def _row_cells(row: dict, baseline: bool) -> list[str]:
+    paper = row["paper"] or {}
+    runs = f"{row['runs_done']}/{row['runs']}"
+    if not row["runs_done"]:
+        ours = ["pending"] * 4
+    else:
+        ours = [_stat(row["valid_ppl"]), _stat(row["valid_bleu"]), _stat(row["test_bleu"]), _stat(row["test_chrf"])]
+    diff = row["diff_to_h8"]
+    is_base = row["heads"] == BASELINE_HEADS
+    return [
+        str(row["heads"]), _num(row["d_head"]), _num(row["parameters"]) if not isinstance(row["parameters"], list)
+        else "varies", runs, *ours,
+        ("baseline" if is_base and diff is not None else _signed(diff["test_bleu"]) if diff else "—"),
+        ("—" if is_base or not baseline else _p_values(row)),
+        _num(paper.get("ppl")), _num(paper.get("bleu"), 1),
+        ("—" if not paper else "baseline" if is_base else _signed(paper["bleu_diff_to_h8"], 1)),
+        _num(row["train_seconds"]["mean"], 0), _num(row["tokens_per_s"]["mean"], 0),
+    ]
+
+
+SHORT_HEADERS = ["h", "d_k", "params", "runs", "val PPL", "val BLEU", "test BLEU", "test chrF", "Δ test BLEU",
+                 "p vs h=8", "paper PPL", "paper BLEU", "paper Δ", "train s", "tok/s"]
+HEADERS = ["h", "d_k", "parameters", "runs", "valid PPL", "valid BLEU", "test BLEU", "test chrF",
+           "Δ test BLEU vs h=8", "p vs h=8 (per seed)", "paper PPL (dev)", "paper BLEU (dev)", "paper Δ BLEU vs h=8",
+           "train s", "tokens/s"]
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _status_line(report: dict) -> str:
+    pending = [p for row in report["by_heads"] for p in row["pending"]]
+    line = f"{report['runs_done']} of {report['runs_total']} runs done"
+    return line + (f"; not finished: {', '.join(pending)}" if pending else "")
+
+
+def to_markdown(report: dict) -> str:
+    have_base = any(r["heads"] == BASELINE_HEADS and r["runs_done"] for r in report["by_heads"])
+    grid = report["grid"]
+    constant = {row["parameters"] for row in report["by_heads"] if isinstance(row["parameters"], int)}
+    out = [f"# Head-count study: {report['study_dir']}", "",
+           f"The paper's Table 3, rows (A), on our data. {_status_line(report)}.", ""]
+    if grid.get("config"):
+        extra = " ".join(f"--set {o}" for o in grid.get("overrides") or [])
+        out.append(f"Config: `{grid['config']}`{' ' + extra if extra else ''}; d_model = {grid['d_model']}; "
+                   f"d_k = d_v = d_model / h, so parameters stay constant"
+                   + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else "."))
+        out.append("")
+    out += ["## By number of heads (mean ± std over seeds)", "",
+            _md_table(HEADERS, [_row_cells(row, have_base) for row in report["by_heads"]]), "",
+            "PPL: validation perplexity per subword token at the best checkpoint (the paper's is per word-piece on "
+            "WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best checkpoint, beam search "
+            "as in decode.beam / decode.alpha. The paper's numbers are on another data set and model size: compare "
+            "the shape of the curve and the differences to h=8, not the levels.", ""]
+    out += ["## Each run", "", _md_table(
+        ["run", "h", "seed", "status", "parameters", "updates", "valid PPL", "valid BLEU", "test BLEU", "test chrF",
+         "train s", "tokens/s"],
+        [[r["name"], str(r["heads"]), str(r["seed"]), r["status"], _num(r["parameters"]), _num(r["updates"]),
+          _num(r["valid_ppl"], 3), _num(r["valid_bleu"]), _num(r["test_bleu"]), _num(r["test_chrf"]),
+          _num(r["train_seconds"], 1), _num(r["tokens_per_s"], 0)] for r in report["runs"]]), ""]
+    sig = report["significance"]
+    out += [f"## Paired bootstrap resampling against h={BASELINE_HEADS} (test set)", ""]
+    if sig["tests"]:
+        out += [_md_table(["h", "seed", "test BLEU", "95% interval", f"h={BASELINE_HEADS} BLEU", "95% interval",
+                           "Δ BLEU", "p"],
+                          [[str(t["heads"]), str(t["seed"]), _num(t["bleu"]), _interval(t["ci95"]),
+                            _num(t["baseline_bleu"]), _interval(t["baseline_ci95"]), _signed(t["difference"]),
+                            f"{t['p_value']:.4f}"] for t in sig["tests"]]), "",
+                f"{sig['method']}; {sig['samples']} resamples. The interval is sacreBLEU's 95% interval of each "
+                f"system's BLEU over the resamples; p is the chance of a difference this large if the two systems "
+                f"were equally good (p < 0.05: significant). Signature: `{sig['signature']}`", ""]
+    else:
+        out += ["No test yet: it needs a finished h=8 run and another finished run of the same seed.", ""]
+    claims = report["claims"]
+    ours = claims["ours"]
+    p_text = f" (p = {', '.join(f'{p:.3f}' for p in ours['p_values'])})" if ours and ours["p_values"] else ""
+    out += ["## Beside the paper and the explainer article", "",
+            _md_table(["source", "what", "h=8 − h=1 BLEU"], [
+                ["explainer article", f"claim: \"{claims['article']['text']}\"",
+                 _signed(claims["article"]["h8_minus_h1_bleu"], 1)],
+                ["paper, Table 3 (A)", "newstest2013 dev BLEU, base model",
+                 _signed(claims["paper"]["h8_minus_h1_bleu"], 1)],
+                ["this study", "test BLEU, mean over seeds" + p_text,
+                 _signed(ours["test_bleu"]) if ours else "needs finished h=1 and h=8 runs"],
+                ["this study", "validation BLEU, mean over seeds", _signed(ours["valid_bleu"]) if ours else "—"],
+            ]), "", f"Paper source: {PAPER_SOURCE}.", ""]
+    if report["bleu_signatures"]:
+        out += ["BLEU signature: " + "; ".join(f"`{s}`" for s in report["bleu_signatures"]), ""]
+    if report["notes"]:
+        out += ["## Notes", "", *[f"- {note}" for note in report["notes"]], ""]
+    return "\n".join(out)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "—" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def to_csv(report: dict) -> tuple[str, str]:
+    """(one row per h, one row per run)."""
+    p_by_run = {t["run"]: t for t in report["significance"]["tests"]}
+    per_h = io.StringIO()
+    writer = csv.writer(per_h, lineterminator="\n")
+    stats = [(m, s) for m in METRICS for s in ("mean", "std")]
+    writer.writerow(["heads", "d_k", "parameters", "runs_done", "runs", *[f"{m}_{s}" for m, s in stats],
+                     "test_bleu_diff_to_h8", "valid_bleu_diff_to_h8", "valid_ppl_diff_to_h8", "p_values_vs_h8",
+                     "paper_ppl", "paper_bleu", "paper_bleu_diff_to_h8"])
+    for row in report["by_heads"]:
+        diff, paper = row["diff_to_h8"] or {}, row["paper"] or {}
+        parameters = row["parameters"] if not isinstance(row["parameters"], list) else ""
+        writer.writerow([row["heads"], row["d_head"], parameters, row["runs_done"], row["runs"],
+                         *[_blank(row[m][s]) for m, s in stats],
+                         _blank(diff.get("test_bleu")), _blank(diff.get("valid_bleu")), _blank(diff.get("valid_ppl")),
+                         " ".join(str(t["p_value"]) for t in row["significance"]),
+                         _blank(paper.get("ppl")), _blank(paper.get("bleu")), _blank(paper.get("bleu_diff_to_h8"))])
+    per_run = io.StringIO()
+    writer = csv.writer(per_run, lineterminator="\n")
+    columns = ["name", "heads", "seed", "status", "d_head", "parameters", "updates", *METRICS]
+    writer.writerow([*columns, "p_value_vs_h8", "ci95_low", "ci95_high"])
+    for run in report["runs"]:
+        test = p_by_run.get(run["name"], {})
+        ci = test.get("ci95") or ["", ""]
+        writer.writerow([_blank(run[c]) for c in columns] + [_blank(test.get("p_value")), ci[0], ci[1]])
+    return per_h.getvalue(), per_run.getvalue()
+
+
+def _blank(value):
+    return "" if value is None else value
+
+
+def show(report: dict, console: Console) -> None:
+    have_base = any(r["heads"] == BASELINE_HEADS and r["runs_done"] for r in report["by_heads"])
+    table = Table(title=f"Head-count study {report['study_dir']} — {_status_line(report)}", title_justify="left")
+    for header in SHORT_HEADERS:
+        table.add_column(header, justify="left" if header == "h" else "right", no_wrap=True)
+    for row in report["by_heads"]:
+        table.add_row(*_row_cells(row, have_base), style="bold" if row["heads"] == BASELINE_HEADS else None)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a log file or a pipe has no width to respect: never cut the numbers
+        wide = Console(file=io.StringIO(), width=250, color_system=None)
+        wide.print(table)
+        console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
+    console.print("Δ: difference of the mean to h=8; p: paired bootstrap against h=8 on the test set, per seed; "
+                  "paper: Table 3 (A), newstest2013 dev (another data set and model size: compare shapes).",
+                  highlight=False)
+    claims = report["claims"]
+    ours = claims["ours"]
+    ours_text = (f"ours {_signed(ours['test_bleu'])} test BLEU, {_signed(ours['valid_bleu'])} validation BLEU"
+                 if ours else "ours: needs finished h=1 and h=8 runs")
+    console.print(f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
+                  f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}", highlight=False)
+    for note in report["notes"]:
+        console.print(f"note: {note}", highlight=False)
+
+
+def plot(report: dict, path: Path) -> None:
+    from .plots import head_count_plot
+
+    runs = [r for r in report["runs"] if r["status"] == "done"]
+
+    def ours(metric: str) -> dict[int, list[float]]:
+        values: dict[int, list[float]] = {}
+        for run in runs:
+            if run[metric] is not None:
+                values.setdefault(run["heads"], []).append(run[metric])
+        return values
+
+    panels = [
+        {"label": "test BLEU (ours)", "ours": ours("test_bleu"),
+         "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()}, "paper_label": "paper BLEU (newstest2013 dev)"},
+        {"label": "validation perplexity (ours)", "ours": ours("valid_ppl"),
+         "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()}, "paper_label": "paper PPL (newstest2013 dev)"},
+    ]
+    head_count_plot(panels, path, f"Head count (d_k = d_model / h): {report['study_dir']} — "
+                                  f"{report['runs_done']}/{report['runs_total']} runs")
+
+
+def write(report: dict, study_dir: Path) -> list[Path]:
+    study_dir = Path(study_dir)
+    per_h, per_run = to_csv(report)
+    paths = [study_dir / name for name in ("report.md", "report.csv", "report-runs.csv", "report.json", "report.png")]
+    atomic_write_text(paths[0], to_markdown(report))
+    atomic_write_text(paths[1], per_h)
+    atomic_write_text(paths[2], per_run)
+    atomic_write_json(paths[3], report)
+    plot(report, paths[4])
+    return paths
+
+
+def report_study(study_dir: Path, console: Console, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    """`mhatrain report`: gather, test, write Markdown/CSV/JSON/PNG and show the table."""
+    report = build_report(Path(study_dir), n_samples)
+    paths = write(report, Path(study_dir))
+    show(report, console)
+    console.print("report: " + "  ".join(str(p) for p in paths), highlight=False)
+    return report

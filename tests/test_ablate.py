@@ -1,0 +1,313 @@
+"""The head-count study: grid, study directory, resumable runs, the report and its significance tests."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from rich.console import Console
+
+from mhatrain.ablate import (EVAL_SPLITS, Point, expand_grid, parse_heads, parse_point_name, parse_seeds,
+                             run_study, slot_overrides)
+from mhatrain.checkpoint import load_checkpoint
+from mhatrain.config import load_config
+from mhatrain.data import load_split
+from mhatrain.errors import MhatrainError
+from mhatrain.model import build_model, count_parameters
+from mhatrain.report import build_report, paired_bootstrap, report_study
+
+from .conftest import ROOT, TINY, TOY, run_cli
+
+HEADS = "1,8"
+
+
+def study_sets(spm_cache) -> list[str]:
+    """Small enough to train two grid points in seconds; checkpoints every 4 updates for the kill test."""
+    return [f"data.cache_dir={spm_cache}", f"data.local_dir={TOY}", "train.max_steps=40", "train.checkpoint_every=4",
+            "train.valid_max_sentences=10", "train.log_every=1000"]
+
+
+def cli_sets(spm_cache) -> list[str]:
+    return [arg for item in study_sets(spm_cache) for arg in ("--set", item)]
+
+
+def Silent() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+def dry_run(out: Path, spm_cache, *extra_sets: str, heads: str = HEADS, seeds: str = "1", jobs: int = 1,
+            overwrite: bool = False) -> None:
+    run_study(TINY, heads, seeds, out, [*study_sets(spm_cache), *extra_sets], jobs, None, True, overwrite, Silent())
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
+    """Every file under `directory`: (modification time in ns, SHA-1 of its bytes)."""
+    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = load_checkpoint(a)["model"], load_checkpoint(b)["model"]
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), f"{a} vs {b}: {key}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, spm_cache) -> Path:
+    """An uninterrupted study run with --jobs 2: every point as the subprocess commands of --dry-run."""
+    out = tmp_path_factory.mktemp("reference") / "study"
+    result = run_cli("ablate", str(TINY), "--heads", HEADS, "--out", str(out), "--jobs", "2", *cli_sets(spm_cache))
+    assert result.returncode == 0, result.stderr + result.stdout
+    return out
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def test_grid_is_seed_major_with_one_named_directory_per_point():
+    grid = expand_grid([8, 1, 16], [2, 1])
+    assert [p.name for p in grid] == ["h01-seed2", "h08-seed2", "h16-seed2", "h01-seed1", "h08-seed1", "h16-seed1"]
+    assert Point(128, 3).name == "h128-seed3"
+    assert all(parse_point_name(p.name) == p for p in grid)
+    assert parse_point_name("h08-seed1-old") is None and parse_point_name("report.md") is None
+    assert Point(4, 7).overrides == ["model.n_heads=4", "train.seed=7"]
+    assert parse_heads(" 32,1 ,8", 512) == [1, 8, 32]
+    assert parse_seeds("3,1,2") == [3, 1, 2]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0", "0 is not a positive number of heads"),
+    ("1,-4", "-4 is not a positive number of heads"),
+    ("1,x", "'x' is not an integer"),
+    ("2.5", "'2.5' is not an integer"),
+    ("4,8,4", "4 is given twice"),
+    ("3", "3 does not divide model.d_model=64"),
+    ("1,,8", "'' is not an integer"),
+    ("", "give a comma-separated list"),
+])
+def test_invalid_heads_are_rejected(text, message):
+    with pytest.raises(MhatrainError, match="^--heads: .*" + message.replace("(", r"\(")):
+        parse_heads(text, 64)
+
+
+def test_invalid_seeds_are_rejected():
+    with pytest.raises(MhatrainError, match="--seeds: 1 is given twice"):
+        parse_seeds("1,1")
+    with pytest.raises(MhatrainError, match="--seeds: -1 is negative"):
+        parse_seeds("-1")
+
+
+def test_invalid_heads_fail_on_the_command_line_before_anything_is_written(tmp_path):
+    out = tmp_path / "study"
+    result = run_cli("ablate", str(TINY), "--heads", "1,4,48", "--out", str(out))
+    assert result.returncode == 2, result.stderr + result.stdout
+    assert result.stderr.strip().splitlines() == [
+        "error: --heads: 48 does not divide model.d_model=64 (d_k = d_model / h must be a whole number; "
+        "divisors: 1, 2, 4, 8, 16, 32, 64)"]
+    assert not out.exists()
+
+
+def test_parameters_and_projection_shapes_do_not_depend_on_the_head_count():
+    cfg = load_config(TINY).model
+    counts = {}
+    for h in (1, 2, 4, 8, 16, 32, 64):
+        cfg.n_heads = h
+        model = build_model(cfg, 64)
+        counts[h] = count_parameters(model)
+    assert len(set(counts.values())) == 1, counts
+
+
+def test_jobs_share_the_cpu_threads_and_the_devices(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert slot_overrides(1, [], 0) == [[]]  # one job: the config as it is
+    assert slot_overrides(2, [], 0) == [["train.threads=4"], ["train.threads=4"]]
+    assert slot_overrides(2, [], 1) == [["train.threads=1"], ["train.threads=1"]]  # never more than asked
+    assert slot_overrides(3, ["cuda:0", "cuda:1"], 0) == [
+        ["train.device=cuda:0", "train.threads=2"], ["train.device=cuda:1", "train.threads=2"],
+        ["train.device=cuda:0", "train.threads=2"]]
+
+
+# ----------------------------------------------------------------------------- the study directory
+
+
+def test_dry_run_records_the_study_and_prints_each_points_commands(tmp_path, spm_cache, capsys):
+    out = tmp_path / "study"
+    dry_run(out, spm_cache, heads="1,8,16", seeds="1,2")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6
+    recorded = yaml.safe_load((out / "study.yaml").read_text())
+    assert recorded["heads"] == [1, 8, 16] and recorded["seeds"] == [1, 2]
+    for line, point in zip(lines, expand_grid([1, 8, 16], [1, 2])):
+        train, *evals = [shlex.split(part) for part in line.split(" && ")]
+        run_dir = out / point.name
+        assert train[1:4] == ["-m", "mhatrain", "train"] and train[4] == str(out / "base-config.yaml")
+        assert train[5:8] == ["--out", str(run_dir), "--resume"]
+        sets = train[9::2]
+        assert sets == point.overrides
+        # The command's config is the point's config, as the in-process path builds it.
+        assert load_config(train[4], sets) == load_config(run_dir / "config.yaml")
+        assert load_config(run_dir / "config.yaml").model.n_heads == point.heads
+        assert [e[3:] for e in evals] == [["eval", str(run_dir), "--split", split] for split in EVAL_SPLITS]
+
+
+def test_a_study_refuses_another_config_unless_asked_to_overwrite(tmp_path, spm_cache):
+    out = tmp_path / "study"
+    dry_run(out, spm_cache)
+    (out / "h01-seed1" / "last.pt").write_bytes(b"a run of the old config")
+    with pytest.raises(MhatrainError, match=r"holds a study made with a different config \(model\.d_ff: 128 there, "
+                                            r"256 now\); use another --out, or --overwrite"):
+        dry_run(out, spm_cache, "model.d_ff=256")
+    dry_run(out, spm_cache, "train.threads=2")  # how it runs is not what it computes: accepted
+    dry_run(out, spm_cache, heads="1,4,8")  # a grid can grow
+    assert yaml.safe_load((out / "study.yaml").read_text())["heads"] == [1, 4, 8]
+    assert (out / "h01-seed1" / "last.pt").exists()
+    dry_run(out, spm_cache, "model.d_ff=256", overwrite=True)
+    assert not (out / "h01-seed1" / "last.pt").exists()
+    assert yaml.safe_load((out / "base-config.yaml").read_text())["model"]["d_ff"] == 256
+    assert yaml.safe_load((out / "study.yaml").read_text())["heads"] == [1, 8]
+
+
+def test_a_directory_that_is_not_a_study_is_not_used(tmp_path, spm_cache):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(MhatrainError, match="is not empty and holds no study"):
+        dry_run(out, spm_cache)
+
+
+# ----------------------------------------------------------------------------- running, interrupted, resumed
+
+
+def test_reference_study_ran_every_point_as_the_dry_run_commands(reference, spm_cache, capsys):
+    dry_run(reference, spm_cache, jobs=2)  # the same study: prints its commands, changes nothing
+    printed = capsys.readouterr().out.strip().splitlines()
+    for line, point in zip(printed, expand_grid([1, 8], [1])):
+        log = (reference / "logs" / f"{point.name}.log").read_text()
+        ran = [entry[2:] for entry in log.splitlines() if entry.startswith("$ ")]
+        assert " && ".join(ran) == line
+    report = json.loads((reference / "report.json").read_text())
+    assert report["runs_done"] == 2
+    assert len({run["parameters"] for run in report["runs"]}) == 1  # constant across h, by construction
+
+
+def test_killed_study_resumes_without_redoing_finished_runs(tmp_path, spm_cache, reference):
+    out = tmp_path / "study"
+    command = [sys.executable, "-m", "mhatrain", "ablate", str(TINY), "--heads", HEADS, "--out", str(out),
+               *cli_sets(spm_cache)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    first, second = out / "h01-seed1", out / "h08-seed1"
+    deadline = time.time() + 240
+    while not ((first / "eval" / "test.beam3.json").exists() and (second / "last.pt").exists()):
+        assert proc.poll() is None, "the study finished before it could be interrupted"
+        assert time.time() < deadline, "the study did not reach its second run in time"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (second / "train_summary.json").exists()  # killed in the middle of the second run's training
+    before = snapshot(first)
+
+    result = run_cli(*command[3:])
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "1 of 2 runs already finished: skipped" in result.stdout
+    assert "resuming at update" in result.stdout
+    assert snapshot(first) == before  # not retrained, not re-evaluated, not even rewritten
+    for point in ("h01-seed1", "h08-seed1"):
+        for name in ("best.pt", "last.pt"):
+            assert_same_weights(reference / point / name, out / point / name)
+        for split in EVAL_SPLITS:
+            ours, theirs = (json.loads((d / point / "eval" / f"{split}.beam3.json").read_text())
+                            for d in (out, reference))
+            assert (ours["bleu"], ours["chrf"]) == (theirs["bleu"], theirs["chrf"])
+            assert ((out / point / "eval" / f"{split}.beam3.hyp.txt").read_text()
+                    == (reference / point / "eval" / f"{split}.beam3.hyp.txt").read_text())
+
+    again = run_cli(*command[3:])  # a finished study: nothing to do but the report
+    assert again.returncode == 0 and "2 of 2 runs already finished: skipped" in again.stdout
+    assert snapshot(first) == before
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_report_of_a_finished_study(reference):
+    report = report_study(reference, Silent())
+    rows = {row["heads"]: row for row in report["by_heads"]}
+    assert rows[1]["d_head"] == 64 and rows[8]["d_head"] == 8
+    assert rows[1]["parameters"] == rows[8]["parameters"] > 0
+    assert rows[8]["diff_to_h8"]["test_bleu"] == 0.0
+    assert rows[1]["diff_to_h8"]["test_bleu"] == pytest.approx(
+        rows[1]["test_bleu"]["mean"] - rows[8]["test_bleu"]["mean"], abs=0.011)
+    (test,) = report["significance"]["tests"]
+    assert test["heads"] == 1 and test["seed"] == 1 and 0 < test["p_value"] <= 1
+    assert test["ci95"][0] <= test["bleu"] + 0.5 and test["ci95"][1] >= test["bleu"] - 0.5
+    assert report["significance"]["signature"].startswith("nrefs:1|bs:1000|seed:12345")
+    assert rows[1]["paper"] == {"d_k": 512, "ppl": 5.29, "bleu": 24.9, "bleu_diff_to_h8": -0.9, "ppl_diff_to_h8": 0.37}
+    assert report["claims"]["article"]["h8_minus_h1_bleu"] == 2.3
+    assert report["claims"]["paper"]["h8_minus_h1_bleu"] == 0.9
+    assert report["claims"]["ours"]["test_bleu"] == -rows[1]["diff_to_h8"]["test_bleu"]
+    markdown = (reference / "report.md").read_text()
+    assert "8 heads beat 1 head by 2.3 BLEU" in markdown and "| 1 | 64 |" in markdown
+    per_h = (reference / "report.csv").read_text().splitlines()
+    assert per_h[0].startswith("heads,d_k,parameters") and len(per_h) == 3
+    assert len((reference / "report-runs.csv").read_text().splitlines()) == 3
+    assert (reference / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_a_partial_study_without_h8(tmp_path, spm_cache, reference):
+    out = tmp_path / "study"
+    dry_run(out, spm_cache, heads="1,2,8", seeds="1,2")
+    shutil.rmtree(out / "h01-seed1")
+    shutil.copytree(reference / "h01-seed1", out / "h01-seed1")  # finished
+    for name in ("last.pt", "metrics.jsonl", "spm.model"):  # h=8 still training
+        shutil.copy(reference / "h08-seed1" / name, out / "h08-seed1" / name)
+    result = run_cli("report", str(out))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "1 of 6 runs done" in result.stdout
+    assert "no finished h=8 run" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    status = {run["name"]: run["status"] for run in report["runs"]}
+    assert status == {"h01-seed1": "done", "h01-seed2": "pending", "h02-seed1": "pending", "h02-seed2": "pending",
+                      "h08-seed1": "training", "h08-seed2": "pending"}
+    rows = {row["heads"]: row for row in report["by_heads"]}
+    assert rows[1]["runs_done"] == 1 and rows[1]["test_bleu"]["std"] is None
+    assert all(row["diff_to_h8"] is None for row in rows.values())
+    assert report["significance"]["tests"] == [] and report["claims"]["ours"] is None
+    assert "| 2 | 32 | — | 0/2 | pending |" in (out / "report.md").read_text()
+    assert (out / "report.png").is_file()
+
+
+def test_report_of_a_directory_without_a_study_is_a_clean_error(tmp_path):
+    with pytest.raises(MhatrainError, match="holds no study"):
+        build_report(tmp_path)
+    with pytest.raises(MhatrainError, match="study directory not found"):
+        build_report(tmp_path / "missing")
+
+
+def test_paired_bootstrap_identical_systems_and_a_clearly_worse_one():
+    references = load_split(load_config(TINY).data, "test").tgt
+    good = list(references)
+    for i in range(0, len(good), 10):  # a strong system that gets a tenth of the sentences slightly wrong
+        good[i] = " ".join(good[i].split()[:-1])
+    worse = [" ".join(reversed(s.split())) if i % 2 else s for i, s in enumerate(good)]
+    near = list(good)
+    near[1] = references[1]
+    results, signature = paired_bootstrap(good, {"same": list(good), "worse": worse, "near": near}, references)
+    assert signature.startswith("nrefs:1|bs:1000|seed:12345")
+    assert results["same"]["p_value"] == pytest.approx(1.0) and results["same"]["difference"] == 0
+    assert results["worse"]["p_value"] < 0.01 and results["worse"]["difference"] < -10
+    assert results["worse"]["ci95"][1] < results["worse"]["baseline_ci95"][0]
+    assert results["near"]["p_value"] > 0.05
