@@ -212,3 +212,20 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
     state = load_checkpoint(out / "last.pt")
     assert state["progress"]["step"] == 4
     assert all(torch.isfinite(w).all() for w in state["model"].values())
+
+
+def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, monkeypatch):
+    import mhatrain.train as T
+
+    real, calls = T.batch_loss, {"n": 0}
+
+    def runs_out_once(model, batch, smoothing):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, batch, smoothing)
+
+    monkeypatch.setattr(T, "batch_loss", runs_out_once)
+    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run",
+                    console=Silent())
+    assert summary["skipped_updates"] == 1 and summary["updates"] == 6
