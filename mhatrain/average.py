@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from .checkpoint import check_compatible, load_checkpoint, save_checkpoint
 from .config import config_from_dict

@@ -66,6 +66,21 @@ def _os_error(exc: BaseException) -> OSError | None:
     return None
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file; a line cut short by a kill is skipped."""
+    if not Path(path).is_file():
+        return []
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def _remove_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
 from .errors import MhatrainError
-from .io import atomic_write_json, atomic_write_text
+from .io import atomic_write_json, atomic_write_text, read_jsonl
 
 BASELINE_HEADS = 8
 BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for paired bootstrap resampling
@@ -92,20 +92,6 @@ def _read_yaml(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _valid_records(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut by a kill
-            continue
-        if isinstance(record, dict) and record.get("kind") == "valid":
-            records.append(record)
-    return records
-
-
 def read_run(point: Point, run_dir: Path) -> RunRecord:
     record = RunRecord(point.name, point.heads, point.seed, str(run_dir))
     config = _read_yaml(run_dir / "config.yaml")
@@ -119,7 +105,7 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
         record.d_head = model["d_model"] // point.heads
     record.beam = decode.get("beam")
     summary = _read_json(run_dir / "train_summary.json")
-    valid_records = _valid_records(run_dir / "metrics.jsonl")
+    valid_records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "valid"]
     if summary is None:  # laid out by `ablate` (config.yaml only), or training
         started = any((run_dir / name).exists() for name in ("last.pt", "last.prev.pt", "metrics.jsonl"))
         record.status = "training" if started else "pending"

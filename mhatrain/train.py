@@ -28,7 +28,7 @@ from .decode import translate_ids
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point
-from .io import append_jsonl, atomic_write_text
+from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
 
 
@@ -400,28 +400,16 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
 
 
 def _validated_at(run_dir: Path, step: int) -> bool:
-    for record in _read_metrics(run_dir / "metrics.jsonl"):
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
         if record.get("kind") == "valid" and record.get("step") == step:
             return True
     return False
 
 
-def _read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: drop it
-            continue
-    return records
-
-
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drop records written after the checkpoint we resume from (they will be written again)."""
     if path.is_file():
-        kept = [r for r in _read_metrics(path) if r.get("step", 0) <= step]
+        kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
 
 

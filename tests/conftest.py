@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -47,3 +48,19 @@ def toy_copy(tmp_path) -> Path:
     target = tmp_path / "toy"
     shutil.copytree(TOY, target)
     return target
+
+
+class FullDisk:
+    """A writable file wrapper that fails with ENOSPC once `room` bytes have been written."""
+
+    def __init__(self, f, room: int):
+        self.f, self.left = f, room
+
+    def write(self, data):
+        self.left -= len(data)
+        if self.left < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.f.write(data)
+
+    def flush(self):
+        self.f.flush()

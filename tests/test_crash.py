@@ -25,7 +25,7 @@ import torch
 
 from mhatrain.checkpoint import load_checkpoint
 
-from .conftest import ROOT, TINY, run_cli
+from .conftest import ROOT, TINY, FullDisk, run_cli
 
 MAX_STEPS = 40
 TIMING = {"train_seconds", "valid_seconds"}  # wall-clock fields of the progress record: may differ
@@ -147,9 +147,7 @@ def test_resume_before_the_first_checkpoint_starts_over_and_cleans_up(tmp_path, 
 
 def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, spm_cache,
                                                                                       monkeypatch):
-    import errno
     import io
-    import os
 
     from rich.console import Console
 
@@ -157,24 +155,12 @@ def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkp
     from mhatrain.errors import MhatrainError
     from mhatrain.train import train
 
-    class FullDisk:  # a file that fills up after 64 KiB
-        def __init__(self, f):
-            self.f, self.left = f, 1 << 16
-
-        def write(self, data):
-            self.left -= len(data)
-            if self.left < 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return self.f.write(data)
-
-        def flush(self):
-            self.f.flush()
 
     real_save, saves = torch.save, []
 
     def save(state, f):  # the third checkpoint (update 15) hits the full disk
         saves.append(1)
-        real_save(state, FullDisk(f) if len(saves) == 3 else f)
+        real_save(state, FullDisk(f, 1 << 16) if len(saves) == 3 else f)
 
     monkeypatch.setattr(torch, "save", save)
     config = load_config(TINY, [f"data.cache_dir={spm_cache}", "train.max_steps=20", "train.checkpoint_every=5",

@@ -10,6 +10,8 @@ import pytest
 from mhatrain.errors import MhatrainError
 from mhatrain.io import atomic_write_json, atomic_write_text
 
+from .conftest import FullDisk
+
 
 def test_full_disk_keeps_the_previous_file(tmp_path, monkeypatch):
     target = tmp_path / "report.json"
@@ -49,22 +51,10 @@ def test_a_full_disk_during_torch_save_is_a_clear_error(tmp_path):
 
     from mhatrain.io import atomic_write
 
-    class FullDisk:
-        def __init__(self, f):
-            self.f, self.left = f, 10_000
-
-        def write(self, data):
-            self.left -= len(data)
-            if self.left < 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return self.f.write(data)
-
-        def flush(self):
-            self.f.flush()
 
     target = tmp_path / "last.pt"
     target.write_bytes(b"previous")
     with pytest.raises(MhatrainError, match=r"cannot write .*last\.pt: No space left on device"):
-        atomic_write(target, lambda f: torch.save({"w": torch.zeros(100_000)}, FullDisk(f)), binary=True)
+        atomic_write(target, lambda f: torch.save({"w": torch.zeros(100_000)}, FullDisk(f, 10_000)), binary=True)
     assert target.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
