@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # H
 TITLES = {"enc-self": "encoder self-attention", "dec-self": "decoder self-attention",
           "cross": "cross-attention (decoder → encoder)"}
 PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # share of a group's heads removed at each point
+BLEU_TOLERANCE = 1.0  # a head is prunable if removing it (with the ones before it) costs less BLEU than this
 MAX_INPUT_CHARS = 10_000
 
 
@@ -425,16 +427,40 @@ def prune_counts(n: int) -> list[int]:
 
 
 def pruning_curve(judge: Judge, order: list[Head], baseline: dict, tick=lambda: None) -> list[dict]:
-    """Scores with the first k heads of `order` removed, k at each PRUNE_FRACTIONS share of them."""
+    """Scores with the first k heads of `order` removed, k at each PRUNE_FRACTIONS share of them;
+    with BLEU, refined by bisection around the last point within BLEU_TOLERANCE (see `prunable`)."""
+    scores = {0: baseline}
+    for count in prune_counts(len(order))[1:]:
+        scores[count] = judge.score(gates_without(judge.model, order[:count], judge.device))
+        tick()
+    if "bleu" in baseline:
+        lo, hi = _tolerance_bracket(scores, baseline["bleu"] - BLEU_TOLERANCE)
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            scores[mid] = judge.score(gates_without(judge.model, order[:mid], judge.device))
+            tick()
+            lo, hi = (mid, hi) if scores[mid]["bleu"] >= baseline["bleu"] - BLEU_TOLERANCE else (lo, mid)
     points, previous = [], 0
-    for count in prune_counts(len(order)):
-        scores = baseline if count == 0 else judge.score(gates_without(judge.model, order[:count], judge.device))
-        points.append({"pruned": count, "fraction": round(count / len(order), 4), **scores,
+    for count in sorted(scores):
+        points.append({"pruned": count, "fraction": round(count / len(order), 4), **scores[count],
                        "removed": [str(h) for h in order[previous:count]]})
         previous = count
-        if count:
-            tick()
     return points
+
+
+def _tolerance_bracket(scores: dict[int, dict], floor: float) -> tuple[int, int | None]:
+    """(last count before the first one scoring below `floor`, that first count or None)."""
+    counts = sorted(scores)
+    for before, count in zip(counts, counts[1:]):
+        if scores[count]["bleu"] < floor:
+            return before, count
+    return counts[-1], None
+
+
+def prunable(points: list[dict], baseline_bleu: float) -> int:
+    """Most heads removed, in importance order, before BLEU first falls BLEU_TOLERANCE or more below
+    the baseline. Exact where `pruning_curve` bisected: its neighbour one head further is measured."""
+    return _tolerance_bracket({p["pruned"]: p for p in points}, baseline_bleu - BLEU_TOLERANCE)[0]
 
 
 def mask_each_head(judge: Judge, baseline: dict, tick=lambda: None) -> dict[Head, dict]:
@@ -463,15 +489,20 @@ class HeadAnalysis:
     curves: dict[str, list[dict]]  # pruning curve points per group
 
 
-def n_evaluations(model: Transformer) -> int:
-    """Scorings `measure_heads` makes: baseline, one per masked head, one per pruning point."""
-    pruned = sum(len(prune_counts(len(all_heads(model, kinds)))) - 1 for kinds in GROUPS.values())
-    return 1 + len(all_heads(model)) + pruned
+def n_evaluations(model: Transformer, with_bleu: bool) -> int:
+    """Scorings `measure_heads` makes at most: baseline, one per masked head, one per pruning point,
+    and with BLEU the bisection steps between two neighbouring pruning points."""
+    total = 1 + len(all_heads(model))
+    for kinds in GROUPS.values():
+        counts = prune_counts(len(all_heads(model, kinds)))
+        gap = max(b - a for a, b in zip(counts, counts[1:]))
+        total += len(counts) - 1 + (math.ceil(math.log2(gap)) if with_bleu and gap > 1 else 0)
+    return total
 
 
 def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
     """Baseline, gradient importance, single-head masking and pruning curves, with a progress bar."""
-    total = n_evaluations(judge.model)
+    total = n_evaluations(judge.model, judge.with_bleu)
     progress = Progress(TextColumn("[bold]heads"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not console.is_terminal)
     with progress:
@@ -499,6 +530,7 @@ NOTES = {
     "gradient_normalised": "gradient divided by the L2 norm of its layer's gradients (Michel et al. 2019)",
     "prune_rank": "position in the all-kinds pruning order (1 = removed first, least important)",
     "pruning": "scores with the k least important heads (by gradient_normalised) of each group removed",
+    "prunable": f"most heads of the group removed before BLEU first falls {BLEU_TOLERANCE} or more below the baseline",
 }
 
 
@@ -540,7 +572,9 @@ def analyse_heads(run_dir: Path, split: str = "valid", metric: str = "bleu", max
         "metric": metric, "beam": beam if metric == "bleu" else None, "n_heads": model.cfg.n_heads,
         "layers": {k: n_layers(model, k) for k in KINDS}, "seconds": round(seconds, 1),
         "baseline": analysis.baseline, "bleu_signature": judge.signature, "notes": NOTES, "heads": records,
-        "pruning": {grp: {"heads": len(analysis.orders[grp]), "points": analysis.curves[grp]} for grp in GROUPS},
+        "pruning": {grp: {"heads": len(analysis.orders[grp]), "points": analysis.curves[grp],
+                          **({"prunable": prunable(analysis.curves[grp], analysis.baseline["bleu"])}
+                             if metric == "bleu" else {})} for grp in GROUPS},
     }
     out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
     paths = [out_dir / f"heads-{split}{suffix}" for suffix in (".json", "-importance.png", "-pruning.png")]
@@ -605,5 +639,8 @@ def _print_heads(report: dict, console: Console) -> None:
             point = next((p for p in c["points"] if p["pruned"] == round(fraction * c["heads"])), None)
             cells.append("–" if point is None else f"{point[metric]:.2f}" if bleu else f"{point[metric]:.3f}")
         curve.add_row(f"{fraction:.0%}", *cells)
+    if bleu:
+        curve.caption = (f"heads removable losing less than {BLEU_TOLERANCE:g} BLEU: "
+                         + ", ".join(f"{g} {c['prunable']}/{c['heads']}" for g, c in report["pruning"].items()))
     console.print(curve)
 

@@ -18,8 +18,8 @@ from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD, Batch
 from mhatrain.decode import translate_ids
 from mhatrain.heads import (FIELDS, KINDS, EvalSet, Head, Judge, all_heads, attention_maps, gates_without,
-                            head_statistics, normalise_per_layer, open_gates, prune_counts, pruning_order,
-                            show_attention, summed_nll)
+                            head_statistics, normalise_per_layer, open_gates, prune_counts, prunable,
+                            pruning_curve, pruning_order, show_attention, summed_nll)
 from mhatrain.model import build_model
 from mhatrain.plots import attention_grid, head_heatmaps, pruning_plot
 
@@ -199,6 +199,41 @@ def test_pruning_order_and_counts():
     assert counts[0] == 0 and counts[-1] == 144 and len(counts) == 11 and counts == sorted(counts)
 
 
+class CountingJudge:
+    """Scores a gate set by how many heads it closes: BLEU 30 minus `cost(closed heads)`."""
+
+    def __init__(self, model, cost):
+        self.model, self.device, self.cost, self.calls = model, torch.device("cpu"), cost, []
+
+    def score(self, gates):
+        closed = sum(int((g == 0).sum()) for g in (gates.enc_self, gates.dec_self, gates.cross))
+        self.calls.append(closed)
+        return {"loss": 1.0 + closed, "bleu": 30.0 - self.cost(closed)}
+
+
+@pytest.mark.parametrize("cutoff", [0, 1, 13, 24, 30, 32])
+def test_pruning_curve_finds_the_exact_number_of_prunable_heads(cutoff):
+    model = random_model(n_heads=4)  # 32 heads: grid steps of 3-4 heads
+    judge = CountingJudge(model, lambda closed: 0.5 if closed <= cutoff else 1.5)
+    order = all_heads(model)
+    points = pruning_curve(judge, order, {"loss": 1.0, "bleu": 30.0})
+    assert prunable(points, 30.0) == cutoff
+    measured = [p["pruned"] for p in points]
+    assert measured == sorted(set(measured)) and set(prune_counts(32)) <= set(measured)
+    assert cutoff == 32 or cutoff + 1 in measured  # the first head too many was measured, not guessed
+    assert len(judge.calls) <= 10 + 2  # grid points plus at most log2(4) bisection steps
+    assert [h for p in points for h in p["removed"]] == [str(h) for h in order]
+
+
+def test_pruning_curve_without_bleu_measures_the_grid_only():
+    model = random_model(n_heads=4)
+    judge = CountingJudge(model, lambda closed: 0.0)
+    judge.score = lambda gates, score=judge.score: {"loss": score(gates)["loss"]}
+    points = pruning_curve(judge, all_heads(model), {"loss": 1.0})
+    assert [p["pruned"] for p in points] == prune_counts(32)
+    assert [p["loss"] for p in points] == [1.0 + k for k in prune_counts(32)]
+
+
 # ----------------------------------------------------------------------------- plots
 
 
@@ -285,7 +320,9 @@ def test_heads_command_writes_importance_and_pruning(tiny_run, tmp_path):
         assert points[0]["pruned"] == 0 and points[0]["bleu"] == report["baseline"]["bleu"]
         assert points[-1]["pruned"] == curve["heads"]
         assert sum(len(p["removed"]) for p in points) == curve["heads"]
-    assert "pruning curve" in result.stdout
+        assert 0 <= curve["prunable"] <= curve["heads"]
+        assert curve["prunable"] == prunable(points, report["baseline"]["bleu"])
+    assert "pruning curve" in result.stdout and "losing less than 1 BLEU" in result.stdout
 
 
 def call_main(monkeypatch, capsys, *args) -> str:
