@@ -42,6 +42,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from .checkpoint import config_differences
 from .config import Config, apply_override, dump_config, load_config, validate
+from .distributed import read_launch
 from .errors import MhatrainError
 from .io import atomic_write_text
 
@@ -52,7 +53,7 @@ POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
 GRID_KEYS = {"model.n_heads", "train.seed"}  # set per grid point, so the base config's values do not matter
 # Keys that change how a run executes, not what it computes: a study may be continued with other values.
 EXECUTION_KEYS = {"train.threads", "train.device", "train.log_every", "train.compile", "decode.batch_tokens",
-                  "data.cache_dir"}
+                  "data.cache_dir", "train.dist_backend"}
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -441,6 +442,8 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
     """`mhatrain ablate`: check, record, run every unfinished grid point, then report."""
     if jobs < 1:
         raise MhatrainError(f"--jobs must be at least 1, got {jobs}")
+    if read_launch() is not None:  # every process would run the whole study, and its runs would join the group
+        raise MhatrainError("ablate starts its runs itself: run it as `mhatrain ablate`, not under torchrun")
     devices = parse_devices(devices_text)
     config = load_config(config_path, overrides)
     _absolute_cache_dir(config)

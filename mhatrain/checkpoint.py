@@ -27,6 +27,8 @@ RESUMABLE_CHANGES = {
     "train.device", "train.checkpoint_every", "train.valid_every", "train.valid_max_sentences",
     "train.valid_beam", "train.compile", "train.max_bad_updates", "decode.beam", "decode.alpha", "decode.max_len_a",
     "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
+    "train.dist_backend",
+    "train.accum_steps",  # judged by `resume_accum_steps`: the tokens per update may change only when asked
 }
 
 
@@ -160,6 +162,37 @@ def check_compatible(state: dict, config: Config, where: str, vocab_fingerprint:
         raise CheckpointError(f"{where}: made with a different config: {shown}")
     if vocab_fingerprint is not None and state.get("vocab_fingerprint") != vocab_fingerprint:
         raise CheckpointError(f"{where}: made with a different vocabulary (tokenizer differs)")
+
+
+def resume_accum_steps(state: dict, config: Config, world: int, change: str, where: str) -> int:
+    """train.accum_steps for resuming `state` with `world` processes.
+
+    The tokens per update (processes × accum_steps × max_tokens) stay as the checkpoint had them, or
+    the resume is refused, unless `change` says otherwise: "keep" sets accum_steps so that they stay
+    the same, "new" accepts the config's accum_steps (and so another number of tokens per update).
+    """
+    saved_world = state.get("progress", {}).get("world_size", 1)
+    saved_accum = state["config"]["train"]["accum_steps"]
+    accum, max_tokens = config.train.accum_steps, config.train.max_tokens
+    before, now = saved_world * saved_accum, world * accum  # batches per update
+    keep = before // world if before % world == 0 else None
+    if change == "keep" and keep is None:
+        raise CheckpointError(f"--keep-batch: the {before} batches of an update in {where} "
+                              f"({_batch(saved_world, saved_accum, max_tokens)} tokens) cannot be shared out evenly "
+                              f"among {world} processes; use a number of processes that divides {before}, or --new-batch")
+    if change == "keep":
+        return keep
+    if before == now or change == "new":
+        return accum
+    hint = (f"pass --keep-batch to keep {before * max_tokens} (train.accum_steps={keep})" if keep is not None else
+            f"--keep-batch cannot keep {before * max_tokens} with {world} processes")
+    raise CheckpointError(f"{where} was trained with {_batch(saved_world, saved_accum, max_tokens)} tokens per update; "
+                          f"resuming with {_batch(world, accum, max_tokens)} would change that: {hint}, "
+                          f"or --new-batch to continue with {now * max_tokens}")
+
+
+def _batch(world: int, accum: int, max_tokens: int) -> str:
+    return f"{world} process{'es' if world > 1 else ''} × {accum} accumulation × {max_tokens} = {world * accum * max_tokens}"
 
 
 def _get(d: dict, dotted: str):

@@ -82,6 +82,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # also save last.pt every N updates (0 = only at validation)
     log_every: int = 50  # print a progress line every N updates
     compile: bool = False  # torch.compile the model (falls back to eager if it fails)
+    dist_backend: str = field(default="auto", metadata=_choices("auto", "nccl", "gloo"))  # torchrun: nccl on GPU, gloo on CPU
 
 
 @dataclass

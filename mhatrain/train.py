@@ -5,6 +5,10 @@ The loop reads top to bottom: for each epoch, deterministic token batches; for e
 configured interval; stop on max_epochs, max_steps, early stopping or a signal.
 Resuming restores model, optimiser, step, data position and RNG state, so a resumed run
 produces the same weights as an uninterrupted one.
+
+Started by torchrun, every process runs this loop (see distributed.py): an update takes
+world × accum_steps batches, each process its share, and the gradient is the one that one process
+would compute from all of them. Rank 0 alone validates, prints and writes files.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from . import data as D
-from .checkpoint import check_compatible, is_run_dir, load_latest, remove_partial_writes, save_checkpoint
+from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
+                         save_checkpoint)
 from .config import Config, dump_config
 from .decode import translate_ids
+from .distributed import Group, process_group, resolve_device  # noqa: F401 (resolve_device: used from here by runner)
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point
@@ -36,15 +42,6 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise MhatrainError(f"train.device={name} but CUDA is not available on this machine")
-    return device
 
 
 def autocast(device: torch.device, precision: str):
@@ -148,6 +145,8 @@ class Progress:
     bad_in_a_row: int = 0
     finished: bool = False
     stop_reason: str = ""
+    world_size: int = 1  # processes training together (torchrun's WORLD_SIZE), in the latest session
+    tokens_per_update: int = 0  # world_size × accum_steps × max_tokens: the token budget of one update
 
 
 def _rng_state() -> dict:
@@ -160,12 +159,23 @@ def _rng_state() -> dict:
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(_as_tuple(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and torch.cuda.is_available():  # for the GPUs visible now (fewer after a move, maybe)
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
 def _as_tuple(x):
     return tuple(_as_tuple(i) for i in x) if isinstance(x, (list, tuple)) else x
+
+
+def _restore_rng(last: dict | None, procs: Group, seed: int, step: int) -> None:
+    """Each rank continues from its own saved random state, so a resume with as many processes draws
+    the same dropout masks as an uninterrupted run. A rank without one (a fresh start, or more
+    processes than the checkpoint had) gets a seed of its own: dropout masks differ between ranks."""
+    states = [last["rng"], *last.get("rng_other_ranks", [])] if last is not None else []
+    if procs.rank < len(states):
+        _set_rng_state(states[procs.rank])
+    elif procs.rank:
+        torch.manual_seed(seed + 1_000_003 * procs.rank + step)
 
 
 class StopSignal:
@@ -192,42 +202,43 @@ class StopSignal:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
+    def agree(self, procs: Group) -> str | None:
+        """The signal received so far by any process, the same answer on every process (each gets its
+        own signal from torchrun, at a slightly different moment), so that they all stop together."""
+        number = procs.max(signal.Signals[self.received].value if self.received else 0)
+        return signal.Signals(number).name if number else None
+
 
 # ----------------------------------------------------------------------------- the loop
 
 
-def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> dict:
-    """Train (or resume) the run in `run_dir`; returns a summary dict."""
+def train(config: Config, run_dir: Path, resume: bool = False, console=None, batch_change: str = "") -> dict:
+    """Train (or resume) the run in `run_dir`; returns a summary dict.
+
+    Under torchrun every process calls this. `batch_change` decides a resume that would change the
+    tokens per update (another number of processes or train.accum_steps): "" refuses it, "keep"
+    adjusts train.accum_steps to keep them, "new" accepts the change.
+    """
+    with process_group(config.train.device, config.train.dist_backend) as procs:
+        return _train(config, Path(run_dir), resume, console, batch_change, procs)
+
+
+def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: str, procs: Group) -> dict:
+    from rich.console import Console
+
     from .progress import TrainDisplay
 
+    if not procs.is_main:
+        console = Console(quiet=True)  # rank 0 speaks for all
     log = console.print if console is not None else print
-    run_dir = Path(run_dir)
     t = config.train
-    if resume and not is_run_dir(run_dir):
-        raise CheckpointError(f"nothing to resume in {run_dir}: not a run directory (no config.yaml); "
-                              f"drop --resume to start a new run there")
-    last = load_latest(run_dir, log) if resume else None
-    if resume:
-        for path in remove_partial_writes(run_dir):
-            log(f"removed {path.name}, left by an interrupted write")
-        if last is None:
-            log(f"no checkpoint in {run_dir} yet: starting from the beginning")
-    if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
-        raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
-    if last is not None:
-        check_compatible(last, config, str(run_dir / "last.pt"))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise MhatrainError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
-    dump_config(config, run_dir / "config.yaml")
-
+    last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
     if t.threads:
         torch.set_num_threads(t.threads)
-    device = resolve_device(t.device)
+    device = procs.device
     torch.manual_seed(t.seed)
     random.seed(t.seed)
-    prepared = prepare_data(config, run_dir, log)
+    prepared = _prepare_on_every_rank(config, run_dir, procs, log)
     vocab_fp = prepared.tokenizer.fingerprint()
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor),
@@ -241,37 +252,48 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
         # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
         progress.stop_reason = stop_reason(progress, t)
         progress.finished = bool(progress.stop_reason)
-        _set_rng_state(last["rng"])
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
-    _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
+    _restore_rng(last, procs, t.seed, progress.step)
+    if procs.is_main:
+        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
+    if procs.launched:
+        log(f"processes: {procs.world} ({procs.backend}), each on its own share of every update's batches; "
+            f"rank 0 validates and writes the checkpoints")
     if progress.finished:
         log(f"run already finished ({progress.stop_reason}); nothing to do")
         return _summary(progress, n_params, run_dir)
-    step_model = _maybe_compile(model, t.compile, log)
+    wrapped = procs.wrap(model)
+    step_model = _maybe_compile(wrapped, t.compile, log)
 
     def checkpoint():
-        save_checkpoint(run_dir / "last.pt", {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
-            "rng": _rng_state(), "config": config.to_dict(), "vocab_fingerprint": vocab_fp,
-            "vocab_size": prepared.tokenizer.vocab_size,
-        })
+        rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
+        if procs.is_main:
+            save_checkpoint(run_dir / "last.pt", {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
+                "rng": rng[0], **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
+                "config": config.to_dict(), "vocab_fingerprint": vocab_fp, "vocab_size": prepared.tokenizer.vocab_size,
+            })
+        procs.barrier()
 
     lengths = D.pair_lengths(prepared.train)
-    per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / t.accum_steps)
+    per_update = procs.world * t.accum_steps  # batches per update, all processes together
+    per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
     total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
-    tokens_per_update = t.max_tokens * t.accum_steps
-    log(f"batches: ≤{t.max_tokens} tokens × {t.accum_steps} accumulation = ≤{tokens_per_update} tokens per update; "
-        f"{per_epoch} updates per epoch")
+    progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
+    processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
+    log(f"batches: ≤{t.max_tokens} tokens × {t.accum_steps} accumulation{processes} = ≤{progress.tokens_per_update} "
+        f"tokens per update; {per_epoch} updates per epoch")
     model.train()
+    signalled = None
     with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             while progress.batch_in_epoch < len(batches):
-                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + t.accum_steps]
+                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update]
                 started = time.perf_counter()
-                stats = _update(step_model, model, optimizer, prepared.train, group, config, device, progress.step + 1)
+                stats = _update(step_model, wrapped, optimizer, prepared.train, group, config, progress.step + 1, procs)
                 progress.train_seconds += time.perf_counter() - started
                 progress.batch_in_epoch += len(group)
                 skipped = "skipped" in stats
@@ -284,7 +306,8 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
                 if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
                     record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
                               "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
-                    append_jsonl(run_dir / "metrics.jsonl", record)
+                    if procs.is_main:
+                        append_jsonl(run_dir / "metrics.jsonl", record)
                     display.log(record)
                 if not skipped:
                     display.advance(progress.step, stats)
@@ -293,30 +316,77 @@ def train(config: Config, run_dir: Path, resume: bool = False, console=None) -> 
                     progress.epoch += 1
                     progress.batch_in_epoch = 0
                 if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
-                    _validate_and_track(model, prepared, config, device, progress, run_dir, display)
+                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
                     checkpoint()
                 elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
                     checkpoint()
                 progress.stop_reason = stop_reason(progress, t)
                 progress.finished = bool(progress.stop_reason)
-                if progress.finished or stop.received:
+                signalled = stop.agree(procs)
+                if progress.finished or signalled or end_of_epoch:
                     break
-                if end_of_epoch:
-                    break
-            if stop.received and not progress.finished:
+            if signalled and not progress.finished:
                 checkpoint()
-                log(f"received {stop.received}: checkpoint saved at update {progress.step}; "
+                log(f"received {signalled}: checkpoint saved at update {progress.step}; "
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
-                raise SystemExit(130 if stop.received == "SIGINT" else 143)
-        if progress.finished and not _validated_at(run_dir, progress.step):
-            _validate_and_track(model, prepared, config, device, progress, run_dir, display)
+                raise SystemExit(130 if signalled == "SIGINT" else 143)
+        if progress.finished and procs.broadcast(procs.is_main and not _validated_at(run_dir, progress.step)):
+            _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
         progress.finished = True
         progress.stop_reason = progress.stop_reason or f"reached max_epochs={t.max_epochs}"
         checkpoint()
     summary = _summary(progress, n_params, run_dir)
-    atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+    if procs.is_main:
+        atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
     log(f"done: {progress.stop_reason}; best {t.early_stop_metric} {progress.best_score} at update {progress.best_step}")
     return summary
+
+
+def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str, procs: Group, log) -> dict | None:
+    """Check the run directory (and, resuming, its checkpoint) against the config, then record the config.
+
+    Returns the checkpoint to resume from, or None.
+    """
+    if resume and not is_run_dir(run_dir):
+        raise CheckpointError(f"nothing to resume in {run_dir}: not a run directory (no config.yaml); "
+                              f"drop --resume to start a new run there")
+    last = load_latest(run_dir, log) if resume else None
+    if resume and procs.is_main:
+        for path in remove_partial_writes(run_dir):
+            log(f"removed {path.name}, left by an interrupted write")
+    if resume and last is None:
+        log(f"no checkpoint in {run_dir} yet: starting from the beginning")
+    if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
+        raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
+    if last is not None:
+        t = config.train
+        accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / "last.pt"))
+        if accum != t.accum_steps:
+            log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
+                f"{procs.world * accum * t.max_tokens} tokens per update")
+            t.accum_steps = accum
+        check_compatible(last, config, str(run_dir / "last.pt"))
+    if procs.is_main:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MhatrainError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+        dump_config(config, run_dir / "config.yaml")
+    return last
+
+
+def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> Prepared:
+    """Rank 0 prepares the data first (it may train the tokenizer, and installs it in the run directory);
+    the others then read that tokenizer, so that every rank encodes the data alike."""
+    if procs.is_main:
+        prepared = prepare_data(config, run_dir, log)
+    procs.barrier()
+    if not procs.is_main:
+        if not (run_dir / "spm.model").is_file():
+            raise MhatrainError(f"rank {procs.rank} cannot see {run_dir / 'spm.model'}, written by rank 0: the run "
+                                f"directory must be on storage that every machine shares")
+        prepared = prepare_data(config, run_dir, log)
+    return prepared
 
 
 def stop_reason(progress: Progress, t) -> str:
@@ -330,30 +400,42 @@ def stop_reason(progress: Progress, t) -> str:
     return ""
 
 
-def _update(step_model, model, optimizer, data: D.Encoded, group: list[list[int]], config: Config,
-            device: torch.device, step: int) -> dict:
-    """One optimiser update over `group` (accumulated batches); loss is averaged over target tokens."""
-    t = config.train
-    batches = [D.collate(data, indices) for indices in group]
-    n_tokens = sum(b.n_tgt_tokens for b in batches)
+def _update(step_model, wrapped, optimizer, data: D.Encoded, batches: list[list[int]], config: Config, step: int,
+            procs: Group) -> dict:
+    """One optimiser update over `batches`, the batches of all processes together, this one taking its share.
+
+    The loss is averaged over the target tokens of all the batches: the gradient is the one that a
+    single process computes from them with accum_steps = len(batches).
+    """
+    t, device = config.train, procs.device
+    # Each process takes every world-th batch. One left without any (in an epoch's last, short update)
+    # must still join DDP's gradient exchange: it runs the first batch with weight 0.
+    share = [(D.collate(data, indices), 1) for indices in batches[procs.rank :: procs.world]]
+    share = share or [(D.collate(data, batches[0]), 0)]
+    sizes = [(w * b.n_tgt_tokens, *(w * n for n in b.padding_cells)) for b, w in share]
+    n_tokens, pad, cells = (int(n) for n in procs.sum(*map(sum, zip(*sizes))))  # of the whole update
     loss_sum = nll_sum = 0.0
-    pad, cells = 0, 0
     try:
-        for batch in batches:
-            p, c = batch.padding_cells
-            pad, cells = pad + p, cells + c
+        for k, (batch, weight) in enumerate(share):
             batch = batch.to(device)
-            with autocast(device, t.precision):
-                loss, nll = batch_loss(step_model, batch, t.label_smoothing)
-            (loss / n_tokens).backward()
-            loss_sum += float(loss.detach())
-            nll_sum += float(nll)
+            with procs.accumulating(wrapped, final=k == len(share) - 1):
+                with autocast(device, t.precision):
+                    loss, nll = batch_loss(step_model, batch, t.label_smoothing)
+                # DDP averages the gradients of the processes: × world turns the average into the sum.
+                (loss * (weight * procs.world) / n_tokens).backward()
+            loss_sum += weight * float(loss.detach())
+            nll_sum += weight * float(nll)
     except torch.OutOfMemoryError:
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        if procs.launched:  # the other processes already wait for this one's gradients: no way to skip
+            raise MhatrainError(f"out of memory on rank {procs.rank} in an update of {n_tokens} target tokens; with "
+                                f"several processes an update cannot be skipped: lower train.max_tokens") from None
         return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
+    loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
+    # After DDP's exchange every process holds the same gradients, so all of them decide alike.
+    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
     if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
         return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
@@ -399,6 +481,13 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
     display.log(record)
 
 
+def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display) -> None:
+    """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
+    if procs.is_main:
+        _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display)
+    vars(progress).update(procs.broadcast(vars(progress)))
+
+
 def _validated_at(run_dir: Path, step: int) -> bool:
     for record in read_jsonl(run_dir / "metrics.jsonl"):
         if record.get("kind") == "valid" and record.get("step") == step:
@@ -432,4 +521,5 @@ def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
         "valid_share": round(progress.valid_seconds / wall, 3) if wall else 0.0,
         "target_tokens": progress.target_tokens, "skipped_updates": progress.skipped_updates,
         "tokens_per_s": round(progress.target_tokens / progress.train_seconds, 1) if progress.train_seconds else 0.0,
+        "world_size": progress.world_size, "tokens_per_update": progress.tokens_per_update,
     }
