@@ -35,17 +35,29 @@ def train(
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<config name>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
+    keep_batch: bool = typer.Option(False, "--keep-batch", help="With --resume on another number of processes: "
+                                    "adjust train.accum_steps to keep the tokens per update."),
+    new_batch: bool = typer.Option(False, "--new-batch", help="With --resume: accept another number of tokens per "
+                                   "update (processes × train.accum_steps × train.max_tokens)."),
 ):
-    """Train a model from CONFIG into a run directory."""
+    """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""
     from .config import load_config
+    from .distributed import is_main_process
     from .train import train as run_training
 
+    if keep_batch and new_batch:
+        raise MhatrainError("--keep-batch and --new-batch exclude each other: keep the tokens per update, or change them")
+    if (keep_batch or new_batch) and not resume:
+        raise MhatrainError(f"{'--keep-batch' if keep_batch else '--new-batch'} applies to --resume only")
     cfg = load_config(config, set_ or [])
     run_dir = out or Path("runs") / config.stem
-    console.print(f"run directory: {run_dir}")
-    summary = run_training(cfg, run_dir, resume=resume, console=console)
-    console.print(f"trained {summary['updates']} updates in {summary['train_seconds']:.0f}s "
-                  f"({summary['tokens_per_s']:.0f} target tokens/s); validation took {summary['valid_share']:.0%} of the time")
+    out_console = console if is_main_process() else Console(quiet=True)  # under torchrun, rank 0 speaks for all
+    out_console.print(f"run directory: {run_dir}")
+    summary = run_training(cfg, run_dir, resume=resume, console=out_console,
+                           batch_change="keep" if keep_batch else "new" if new_batch else "")
+    out_console.print(f"trained {summary['updates']} updates in {summary['train_seconds']:.0f}s "
+                      f"({summary['tokens_per_s']:.0f} target tokens/s); validation took {summary['valid_share']:.0%} "
+                      f"of the time")
 
 
 @app.command("eval")
@@ -150,6 +162,44 @@ def heads(
     from .heads import analyse_heads
 
     analyse_heads(run_dir, split, metric, max_sentences, beam, out, checkpoint, set_ or [], console)
+
+
+@app.command()
+def bench(
+    names: List[str] = typer.Argument(..., help="attention, train and/or decode (run in that order)."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny shapes and models, few repetitions: runs in seconds."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed rounds per peer before timing (default: attention 3, train 1, decode 1)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."),
+    heads: Optional[str] = typer.Option(None, "--heads", help="attention: head counts h (default 1,4,8,16,32)."),
+    beams: str = typer.Option("1,4", "--beams", help="decode: beam sizes (1 = greedy)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for torch (0 = torch's default)."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile each peer (falls back to eager with a note)."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Model, batches and decoding settings (default: configs/multi30k.yaml)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    data: Optional[Path] = typer.Option(None, "--data", help="train/decode: text directory (default: data.local_dir or ../shared/data/multi30k; synthetic if absent)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="decode: a run directory whose best weights ours uses."),
+    max_sentences: int = typer.Option(0, "--max-sentences", min=0, help="decode: the first N test sentences (0 = all)."),
+    batches: Optional[int] = typer.Option(None, "--batches", min=1, help="train: batches per timed sample (default 4)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),
+):
+    """Time our attention, training step and decoding against named peers, in one process and run."""
+    from .bench import BenchOptions, options as bench_options, report_benches
+
+    chosen = bench_options.parse_names(list(names))
+    options = BenchOptions(
+        device=bench_options.parse_device(device), quick=quick, repeats=repeats, warmup=warmup,
+        precisions=bench_options.parse_precision(precision),
+        heads=bench_options.parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
+        beams=bench_options.parse_int_list(beams, "--beams"), compile=compile_, memory=memory, threads=threads,
+        config=config or bench_options.DEFAULT_CONFIG, overrides=tuple(set_ or ()), data_dir=data, checkpoint=checkpoint,
+        max_sentences=max_sentences, batches=batches,
+    )
+    bench_options.check_options(chosen, options, heads_given=heads is not None)
+    report_benches(chosen, options, console, json_path, markdown_path)
 
 
 def main() -> None:

@@ -1,0 +1,60 @@
+"""`mhatrain bench`: our code against named peers, measured in the same process and run.
+
+    attention   forward + backward of MultiHeadAttention vs nn.MultiheadAttention and the article's loop
+    train       training-step tokens/s vs nn.Transformer and MarianMT; FLOP/s against the matmul peak
+    decode      sentences/s, greedy and beam 4: cached vs uncached search vs Hugging Face generate()
+
+Each bench checks that the peers compute the same thing (where they can), warms every peer up,
+times them alternately, measures each peer's peak memory in a fresh process, and reports medians,
+quartiles, throughput, the ratio peer time / our time and PASS/MISS against the issue's targets.
+Modules: options (what to run), inputs (batches and sentences), peers (the models we compare
+against), timing (warm-up, alternation, order statistics), memory (peak memory in a fresh process),
+measure (one case: both of those for every peer), flops, report (tables, JSON, Markdown); and one
+module per bench.
+"""
+
+from __future__ import annotations
+
+from .options import BENCHES, BenchOptions
+
+
+def run_benches(names: list[str], options: BenchOptions, log=print) -> list:
+    """Run the named benches in order (a list of report.BenchResult); `log` receives progress lines."""
+    import importlib
+
+    _apply_threads(options)
+    return [importlib.import_module(f"{__name__}.{name}").run(options, log) for name in names]
+
+
+def report_benches(names: list[str], options: BenchOptions, console, json_path=None, markdown_path=None) -> list:
+    """Run the benches, print each one's table as it finishes, write JSON/Markdown; a failed
+    correctness check fails the command after the outputs are written."""
+    from ..errors import MhatrainError
+    from .report import describe_machine, print_result, write_outputs
+
+    _apply_threads(options)
+    machine = describe_machine(options.device)
+    console.print("machine: " + ", ".join(f"{key} {value}" for key, value in machine.items()), highlight=False)
+    results = []
+    for name in names:
+        results += run_benches([name], options, log=lambda line: console.print(line, style="dim", highlight=False))
+        print_result(results[-1], console)
+    write_outputs(results, machine, json_path, markdown_path)
+    for path in (json_path, markdown_path):
+        if path is not None:
+            console.print(f"wrote {path}")
+    failed = [f"{r.bench}: {c.name}" for r in results for c in r.checks if not c.passed]
+    if failed:
+        raise MhatrainError(f"{len(failed)} correctness check(s) failed, so the ratios compare different "
+                            f"computations; first: {failed[0]}")
+    return results
+
+
+def _apply_threads(options: BenchOptions) -> None:
+    import torch
+
+    if options.threads:
+        torch.set_num_threads(options.threads)
+
+
+__all__ = ["BENCHES", "BenchOptions", "report_benches", "run_benches"]

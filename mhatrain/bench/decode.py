@@ -1,0 +1,193 @@
+"""`mhatrain bench decode`: sentences/s translating the test set, greedy and beam 4.
+
+Peers, same source batches (length-sorted, decode.batch_tokens, as `translate_ids` makes them):
+  ours             mhatrain.decode.beam_search with the decoder cache
+  ours, no cache   the same search recomputing the whole prefix each step (use_cache=False)
+  HF generate      Hugging Face `generate()` of a MarianMTModel of the same dimensions and beam
+Fair lengths: every peer runs the same number of decoder steps per batch. With random weights
+(the default) ours can never pick EOS (its output row is zero, so its logit 0 is never near the
+top among thousands of random logits) and stops at a fixed limit of L tokens + EOS
+(decode.max_len_a = 0, max_len_b = L); generate() gets min_new_tokens = L, max_new_tokens = L + 1
+(forced EOS last). With --checkpoint ours translates with the trained run's weights and decode
+settings, and generate() is forced to the longest translation ours produced in each batch.
+Checked before timing (fp32, first batch): cached and uncached search give identical output;
+the peers generate the same number of tokens per sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .. import data as D
+from ..config import Config, DecodeConfig, ModelConfig
+from ..decode import beam_search
+from ..model import build_model
+from ..train import autocast
+from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
+from .measure import measure_peers
+from .memory import Workload
+from .options import BenchOptions
+from .peers import marian_model, require_transformers
+from .report import OURS, BenchResult, Check, Target
+from .timing import Step
+
+PEERS = (OURS, "ours, no cache", "HF generate")
+GEN_LEN = {False: 20, True: 6}  # L, tokens before EOS with random weights: full size, --quick
+QUICK_SENTENCES = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Ours: random weights of `model_cfg` (seeded), or a trained run's checkpoint."""
+
+    model_cfg: ModelConfig
+    vocab_size: int
+    run_dir: str | None = None
+    overrides: tuple[str, ...] = ()  # --set values for the run's config (decode settings, device)
+
+
+def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
+    if source.run_dir is not None:
+        from ..runner import load_run
+
+        return load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
+    torch.manual_seed(seed)
+    model = build_model(source.model_cfg, source.vocab_size).to(device).eval()
+    with torch.no_grad():
+        model.output.weight[D.EOS].zero_()  # never ends early: every sentence runs to the length limit
+    return model
+
+
+def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], forced: list[int], beam: int,
+                decode_cfg: DecodeConfig, precision: str, device, seed: int, compile: bool = False) -> Step:
+    """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids)."""
+    device = torch.device(device)
+    batches = [src.to(device) for src in batches]
+    if peer == "HF generate":
+        require_transformers("the HF generate peer")
+        torch.manual_seed(seed)
+        model = marian_model(source.model_cfg, source.vocab_size).to(device).eval()
+        if compile:
+            model.forward = torch.compile(model.forward, dynamic=True)
+        search = {"num_beams": beam, "length_penalty": decode_cfg.alpha} if beam > 1 else {"num_beams": 1}
+
+        def step():
+            with autocast(device, precision):
+                return [model.generate(input_ids=src, attention_mask=src != D.PAD, do_sample=False,
+                                       min_new_tokens=n, max_new_tokens=n + 1, **search)
+                        for src, n in zip(batches, forced)]
+        return step
+
+    model = our_model(source, device, seed)
+    if compile:
+        model.encode = torch.compile(model.encode, dynamic=True)
+        model.decode = torch.compile(model.decode, dynamic=True)
+    use_cache = peer == OURS
+
+    def step():
+        with autocast(device, precision):
+            return [beam_search(model, src, decode_cfg, beam, use_cache=use_cache) for src in batches]
+    return step
+
+
+def generated_tokens(peer: str, output) -> list[int]:
+    """Tokens generated per sentence, EOS included."""
+    if peer == "HF generate":
+        return (output[:, 1:] != D.PAD).sum(1).tolist()  # column 0 is the decoder start token
+    return [len(hyp) + 1 for hyp in output]
+
+
+def run(options: BenchOptions, log) -> BenchResult:
+    require_transformers("bench decode (its HF generate peer)")
+    config, source, sources, where = _inputs(options, log)
+    device = options.device
+    precisions = options.precisions or (config.train.precision,)
+    repeats, warmup = options.repetitions("decode")
+    random_weights = source.run_dir is None
+    length = GEN_LEN[options.quick]
+    decode_cfg = (dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length) if random_weights
+                  else config.decode)
+    m = config.model
+    result = BenchResult("decode", {
+        "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
+                 f"vocab {source.vocab_size}",
+        "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
+        "sentences": f"{len(sources)} from {where}", "beams": list(options.beams),
+        "generated_tokens": f"{length} + EOS per sentence" if random_weights else "ours' own; generate() forced to match",
+        "precisions": list(precisions), "repeats": repeats, "warmup": warmup, "compile": options.compile,
+        "device": str(device),
+    }, extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),))
+    for beam in options.beams:
+        # the batches decode.translate_ids makes: length-sorted, batch_tokens × max(1, 4 // beam) source tokens
+        order = D.batch_indices([len(s) + 1 for s in sources], decode_cfg.batch_tokens * max(1, 4 // beam))
+        batches = [pad_sources([sources[i] for i in indices]) for indices in order]
+        forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
+        check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)
+        result.checks += check
+        for precision in precisions:
+            case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
+            log(f"bench decode: {case}")
+            common = dict(source=source, beam=beam, decode_cfg=decode_cfg, precision=precision, device=str(device),
+                          seed=options.seed)
+            workloads = {peer: Workload(__name__, "decode_step", dict(peer=peer, batches=batches, forced=forced, **common),
+                                        imports=("transformers",) if peer == "HF generate" else ()) for peer in PEERS}
+            largest = max(range(len(batches)), key=lambda b: batches[b].numel())
+            one_batch = {peer: dataclasses.replace(w, kwargs={**w.kwargs, "batches": [batches[largest]],
+                                                              "forced": [forced[largest]]})
+                         for peer, w in workloads.items()}
+            measured = measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
+            result.notes += [f"{case} {problem}" for problem in measured.problems]
+            metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in PEERS}
+            result.add_case(case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics)
+            if beam == 4:
+                result.targets += [Target(case, "ours, no cache", "ratio", 3.0, "ours ≥ 3×"),
+                                   Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×")]
+    result.notes.append("peak memory: decoding the batch with the most source cells; tokens/sent. from the first batch")
+    result.judge()
+    return result
+
+
+def _inputs(options: BenchOptions, log) -> tuple[Config, ModelSource, list[list[int]], str]:
+    """The config, our model's source, and the source sentences' token ids."""
+    n = options.max_sentences or (QUICK_SENTENCES if options.quick else 0)
+    if options.checkpoint is not None:
+        from ..runner import load_run
+
+        run = load_run(options.checkpoint, overrides=options.overrides)
+        config = run.config
+        source = ModelSource(config.model, run.tokenizer.vocab_size, str(options.checkpoint), options.overrides)
+        sources, where = test_sources(options, config, run.tokenizer, n, log)
+        return config, source, sources, where
+    config = bench_config(options)
+    directory = data_dir(options, config)
+    tokenizer = load_tokenizer(config, directory, log) if directory is not None else None
+    vocab = tokenizer.vocab_size if tokenizer is not None else config.data.vocab_size
+    sources, where = test_sources(options, config, tokenizer, n, log)
+    return config, ModelSource(config.model, vocab), sources, where
+
+
+def _forced_lengths(source: ModelSource, batches, beam, decode_cfg, length, device, seed) -> list[int]:
+    """Tokens before EOS that generate() must produce per batch: L, or the longest of ours' translations."""
+    if source.run_dir is None:
+        return [length] * len(batches)
+    outputs = decode_step(OURS, source, batches, [0] * len(batches), beam, decode_cfg, "fp32", device, seed)()
+    return [max(len(hyp) for hyp in hyps) for hyps in outputs]
+
+
+def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tuple[list[Check], dict[str, float]]:
+    """On one batch in fp32: cached = uncached output; every peer generates the same tokens per sentence."""
+    outputs = {peer: decode_step(peer, source, [batch], [n], beam, decode_cfg, "fp32", device, seed)()[0]
+               for peer in PEERS}
+    tokens = {peer: generated_tokens(peer, out) for peer, out in outputs.items()}
+    per_sentence = {peer: sum(t) / len(t) for peer, t in tokens.items()}
+    label = "greedy" if beam == 1 else f"beam {beam}"
+    same = outputs[OURS] == outputs["ours, no cache"]
+    checks = [Check(f"{label}: cached and uncached search give the same translations (fp32, first batch)", same,
+                    f"{sum(a == b for a, b in zip(outputs[OURS], outputs['ours, no cache']))}/{batch.size(0)} identical")]
+    if source.run_dir is None:
+        equal = all(t == tokens[OURS] for t in tokens.values())
+        checks.append(Check(f"{label}: every peer generates the same tokens per sentence (first batch)", equal,
+                            ", ".join(f"{peer} {v:.1f}" for peer, v in per_sentence.items())))
+    return checks, per_sentence

@@ -1,0 +1,152 @@
+"""`mhatrain bench train`: target tokens/s of full training steps, and FLOP/s against the matmul peak.
+
+Peers, all of the config's dimensions (configs/multi30k.yaml by default), same batches, same step:
+  ours             mhatrain.model.build_model
+  nn.Transformer   torch.nn.Transformer + our embeddings, positions, dropout placement, tied output
+                   (bench.peers.TorchTransformerSeq2Seq; checked: with our weights, our logits)
+  MarianMT         Hugging Face MarianMTModel of the same dimensions (ReLU, tied embeddings;
+                   post-LN: Marian has no pre-LN option; same FLOPs, different function)
+A step is what `mhatrain train` does per update: forward under autocast, label-smoothed loss
+(mhatrain.train.batch_loss), backward, gradient clipping (train.clip_norm), Adam step.
+A sample is `--batches` such steps on the same batches for every peer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import data as D
+from ..config import Config, ModelConfig, TrainConfig
+from ..model import build_model, count_parameters
+from ..train import autocast, batch_loss
+from .flops import matmul_peak, training_flops
+from .inputs import bench_config, training_batches
+from .measure import measure_peers
+from .memory import Workload
+from .options import BenchOptions
+from .peers import MarianSeq2Seq, TorchTransformerSeq2Seq, require_transformers
+from .report import OURS, BenchResult, Check, Target
+from .timing import Step, Summary
+
+PEERS = (OURS, "nn.Transformer", "MarianMT")
+LR = 1e-4  # a fixed learning rate: the schedule does not change the cost of a step
+BATCHES = {False: 4, True: 2}  # batches per sample: full size, --quick
+PEAK_SIZE = {"cpu": (2048, 256), "cuda": (8192, 1024)}  # matmul n: full size, --quick
+
+
+def build_seq2seq(peer: str, cfg: ModelConfig, vocab_size: int) -> torch.nn.Module:
+    if peer == OURS:
+        return build_model(cfg, vocab_size)
+    if peer == "nn.Transformer":
+        return TorchTransformerSeq2Seq(cfg, vocab_size)
+    if peer == "MarianMT":
+        return MarianSeq2Seq(cfg, vocab_size)
+    raise ValueError(peer)
+
+
+def train_step(peer: str, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, batches: list[D.Batch],
+               precision: str, device, seed: int, compile: bool = False) -> Step:
+    """One sample: a training update on each batch, as `mhatrain.train._update` does it."""
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    model = build_seq2seq(peer, model_cfg, vocab_size).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
+                                 eps=train_cfg.adam_eps, weight_decay=train_cfg.weight_decay)
+    step_model = torch.compile(model) if compile else model
+    on_device = [(batch.to(device), batch.n_tgt_tokens) for batch in batches]
+    clip = train_cfg.clip_norm if train_cfg.clip_norm > 0 else float("inf")
+
+    def step():
+        for batch, n_tokens in on_device:
+            with autocast(device, precision):
+                loss, _ = batch_loss(step_model, batch, train_cfg.label_smoothing)
+            (loss / n_tokens).backward()
+            float(loss.detach())  # the loop reads the loss every update (logging, non-finite check)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+@torch.no_grad()
+def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: D.Batch, device, seed: int) -> Check:
+    """nn.Transformer loaded with our weights gives our logits (fp32, eval, real target positions)."""
+    torch.manual_seed(seed)
+    ours = build_model(cfg, vocab_size).to(device).eval()
+    peer = TorchTransformerSeq2Seq(cfg, vocab_size).to(device).eval().load_ours(ours)
+    batch = batch.to(device)
+    real = batch.tgt_out != D.PAD
+    a, b = ours(batch.src, batch.tgt_in)[real], peer(batch.src, batch.tgt_in)[real]
+    diff, scale = float((a - b).abs().max()), float(a.abs().max())
+    tolerance = 1e-4 * max(1.0, scale)
+    return Check("nn.Transformer with our weights gives our logits (fp32)", diff <= tolerance,
+                 f"max |Δ| {diff:.1e}, tolerance {tolerance:.0e}")
+
+
+def measure_peaks(device: torch.device, quick: bool) -> dict[str, float]:
+    n = PEAK_SIZE[device.type][1 if quick else 0]
+    return {"n": n, "fp32": matmul_peak(device, torch.float32, n), "bf16": matmul_peak(device, torch.bfloat16, n)}
+
+
+def run(options: BenchOptions, log) -> BenchResult:
+    require_transformers("bench train (its MarianMT peer)")
+    config: Config = bench_config(options)
+    device = options.device
+    precisions = options.precisions or ("fp32", "bf16")
+    repeats, warmup = options.repetitions("train")
+    n_batches = options.batches or BATCHES[options.quick]
+    inputs = training_batches(options, config, n_batches, log)
+    vocab = inputs.vocab_size
+    tokens = sum(b.n_tgt_tokens for b in inputs.batches)
+    flops = sum(training_flops(config.model, vocab, b) for b in inputs.batches)
+    peaks = measure_peaks(device, options.quick)
+    m = config.model
+    result = BenchResult("train", {
+        "config": str(options.config), "quick": options.quick,
+        "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, d_ff {m.d_ff}, "
+                 f"{m.n_heads} heads, {m.norm}-LN, vocab {vocab}",
+        "batches": f"{len(inputs.batches)} × ≤{config.train.max_tokens} tokens from {inputs.source}",
+        "target_tokens_per_sample": tokens, "model_flops_per_target_token": round(flops / tokens),
+        "peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1), "peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
+        "peak_matmul_n": peaks["n"], "precisions": list(precisions), "repeats": repeats, "warmup": warmup,
+        "compile": options.compile, "device": str(device),
+    }, extra_columns=(("gflops", "GFLOP/s", ",.1f"), ("bf16_peak_share", "% bf16 peak", ".1%"),
+                      ("fp32_peak_share", "% fp32 peak", ".1%")))
+    log(f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
+        f"(n={peaks['n']}); {flops / tokens / 1e6:.1f} MFLOP per target token")
+    result.checks.append(check_torch_transformer(config.model, vocab, inputs.batches[0], device, options.seed))
+    _describe_peers(result, config.model, vocab)
+    for precision in precisions:
+        case = precision
+        log(f"bench train: {case}")
+        workloads = {peer: Workload(__name__, "train_step", dict(
+            peer=peer, model_cfg=config.model, train_cfg=config.train, vocab_size=vocab, batches=inputs.batches,
+            precision=precision, device=str(device), seed=options.seed),
+            imports=("transformers",) if peer == "MarianMT" else ()) for peer in PEERS}
+        measured = measure_peers(workloads, options, repeats, warmup)
+        result.notes += [f"{case} {problem}" for problem in measured.problems]
+        metrics = {}
+        for peer, peer_samples in measured.samples.items():
+            achieved = flops / Summary.of(peer_samples).median
+            metrics[peer] = {"gflops": achieved / 1e9, "bf16_peak_share": achieved / peaks["bf16"],
+                             "fp32_peak_share": achieved / peaks["fp32"]}
+        result.add_case(case, measured.samples, tokens, "tokens/s", measured.memory, measured.notes, metrics)
+        result.targets += [Target(case, "nn.Transformer", "ratio", 1.3, "ours ≥ 1.3×"),
+                           Target(case, "MarianMT", "ratio", 1.5, "ours ≥ 1.5×")]
+        if precision == "bf16":
+            result.targets.append(Target(case, OURS, "bf16_peak_share", 0.45, "≥ 45% bf16 peak"))
+    result.notes.append("FLOP/s = model FLOPs of the sample's batches (see docs/performance.md) / median time; "
+                        "shares are of the matmul peak measured in this run")
+    result.judge()
+    return result
+
+
+def _describe_peers(result: BenchResult, cfg: ModelConfig, vocab: int) -> None:
+    counts = {peer: count_parameters(build_seq2seq(peer, cfg, vocab)) for peer in PEERS}
+    result.notes.append("trainable parameters: " + ", ".join(f"{p} {n:,}" for p, n in counts.items()))
+    if cfg.norm == "pre":
+        result.notes.append("MarianMT has no pre-LN option: it runs post-LN (same FLOPs)")
+    largest, smallest = max(counts.values()), min(counts.values())
+    result.checks.append(Check("peers have our dimensions (trainable parameters within 1%)",
+                               largest <= 1.01 * smallest, f"{smallest:,}–{largest:,}"))

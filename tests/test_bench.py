@@ -1,0 +1,217 @@
+"""`mhatrain bench`: every bench runs at --quick size and reports what it measured, consistently.
+
+No timing assertions: only the structure of the results (every peer measured, ratios = peer median /
+our median, equal-output checks pass, targets judged, JSON and Markdown written) and the pieces
+the numbers rest on (peers with our weights compute our function, FLOP counts, memory in a fresh
+process, alternation, the compile fallback).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mhatrain.bench import BenchOptions, run_benches
+from mhatrain.bench.flops import forward_macs
+from mhatrain.bench.memory import Workload, peak_memory_mib
+from mhatrain.bench.options import check_options, parse_int_list, parse_precision
+from mhatrain.bench.report import OURS
+from mhatrain.bench.timing import Summary, ready_step, time_alternating
+from mhatrain.config import ModelConfig
+from mhatrain.errors import MhatrainError
+from mhatrain.model import build_model
+
+from .conftest import TINY, TOY, run_cli
+
+QUIET = dict(quick=True, memory=False, repeats=2, warmup=1, threads=1)
+
+
+def assert_consistent(result: dict, peers: set[str], unit: str) -> None:
+    """Every case has every peer once, ratios are peer median / our median, checks passed, targets judged."""
+    cases = {}
+    for row in result["rows"]:
+        cases.setdefault(row["case"], {})[row["peer"]] = row
+    assert cases
+    for case, rows in cases.items():
+        assert set(rows) == peers, case
+        ours = rows[OURS]["time"]["median"]
+        for row in rows.values():
+            t = row["time"]
+            assert t["n"] >= 1 and 0 < t["min"] <= t["q1"] <= t["median"] <= t["q3"] <= t["max"]
+            assert row["ratio"] == pytest.approx(t["median"] / ours)
+            assert row["throughput"] == pytest.approx(row["work"] / t["median"])
+            assert row["unit"] == unit
+    assert result["checks"] and all(c["passed"] for c in result["checks"]), result["checks"]
+    for target in result["targets"]:
+        assert target["case"] in cases and target["passed"] == (target["value"] >= target["minimum"])
+
+
+def test_attention_bench_through_the_cli_writes_json_and_markdown(tmp_path):
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    result = run_cli("bench", "attention", "--quick", "--heads", "8,32", "--precision", "both", "--no-memory",
+                     "--repeats", "2", "--threads", "1", "--json", str(out_json), "--markdown", str(out_md))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "mhatrain bench attention" in result.stdout and ("PASS" in result.stdout or "MISS" in result.stdout)
+    payload = json.loads(out_json.read_text())
+    assert payload["machine"]["torch_threads"] == 1
+    (attention,) = payload["benches"]
+    assert attention["bench"] == "attention"
+    assert_consistent(attention, {OURS, "nn.MultiheadAttention", "article loop"}, "tokens/s")
+    assert {r["case"] for r in attention["rows"]} == {"h=8 fp32", "h=32 fp32", "h=8 bf16", "h=32 bf16"}
+    assert len(attention["checks"]) == 4  # one equal-output check per (h, precision)
+    assert {(t["case"], t["peer"], t["minimum"]) for t in attention["targets"]} == {
+        ("h=8 fp32", "nn.MultiheadAttention", 1.0), ("h=32 fp32", "article loop", 5.0),
+        ("h=8 bf16", "nn.MultiheadAttention", 1.0), ("h=32 bf16", "article loop", 5.0)}
+    markdown = out_md.read_text()
+    assert "### mhatrain bench attention" in markdown and "| h=32 bf16 | article loop |" in markdown
+
+
+def test_train_bench_reports_flops_against_the_measured_peak():
+    pytest.importorskip("transformers")
+    (result,) = run_benches(["train"], BenchOptions(precisions=("bf16",), **QUIET))
+    raw = result.to_dict()
+    assert_consistent(raw, {OURS, "nn.Transformer", "MarianMT"}, "tokens/s")
+    assert any("nn.Transformer with our weights" in c.name for c in result.checks)
+    peak_bf16 = result.settings["peak_bf16_gflops"]
+    flops = result.settings["model_flops_per_target_token"] * result.settings["target_tokens_per_sample"]
+    for row in result.rows:
+        assert row.metrics["gflops"] * 1e9 == pytest.approx(flops / row.time.median, rel=1e-3)
+        assert row.metrics["bf16_peak_share"] == pytest.approx(row.metrics["gflops"] / peak_bf16, rel=2e-3)
+    assert {(t.peer, t.metric) for t in result.targets} == {
+        ("nn.Transformer", "ratio"), ("MarianMT", "ratio"), (OURS, "bf16_peak_share")}
+
+
+def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
+    pytest.importorskip("transformers")
+    (result,) = run_benches(["decode"], BenchOptions(precisions=("fp32",), **QUIET))
+    assert_consistent(result.to_dict(), {OURS, "ours, no cache", "HF generate"}, "sentences/s")
+    assert {r.case for r in result.rows} == {"greedy fp32", "beam 4 fp32"}
+    tokens = {row.metrics["tokens_per_sentence"] for row in result.rows}
+    assert tokens == {7.0}  # --quick: 6 tokens + EOS for every peer
+    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate")}
+
+
+def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
+    pytest.importorskip("transformers")
+    options = BenchOptions(config=TINY, overrides=(f"data.cache_dir={spm_cache}",), data_dir=TOY, batches=1,
+                           precisions=("fp32",), memory=False, repeats=1, warmup=0, threads=1)
+    (result,) = run_benches(["train"], options)
+    assert_consistent(result.to_dict(), {OURS, "nn.Transformer", "MarianMT"}, "tokens/s")
+    assert "train" in result.settings["batches"] and "synthetic" not in result.settings["batches"]
+
+
+def test_decode_bench_with_a_trained_run_forces_generate_to_our_lengths(tmp_path, spm_cache):
+    pytest.importorskip("transformers")
+    run_dir = tmp_path / "run"
+    trained = run_cli("train", str(TINY), "--out", str(run_dir), "--set", f"data.cache_dir={spm_cache}",
+                      "--set", "train.max_steps=2", "--set", "train.valid_bleu=false")
+    assert trained.returncode == 0, trained.stderr + trained.stdout
+    options = BenchOptions(checkpoint=run_dir, beams=(4,), max_sentences=6, precisions=("fp32",), memory=False,
+                           repeats=1, warmup=0, threads=1)
+    (result,) = run_benches(["decode"], options)
+    assert_consistent(result.to_dict(), {OURS, "ours, no cache", "HF generate"}, "sentences/s")
+    assert result.settings["weights"] == f"trained: {run_dir}"
+    ours = result.row("beam 4 fp32", OURS).metrics["tokens_per_sentence"]
+    assert result.row("beam 4 fp32", "HF generate").metrics["tokens_per_sentence"] >= ours
+
+
+def test_a_failed_check_fails_the_command_after_writing_the_results(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    import mhatrain.bench.attention as attention
+    from mhatrain.bench import report_benches
+    from mhatrain.bench.report import Check
+
+    monkeypatch.setattr(attention, "check_same_output", lambda *args: Check("peers give our output", False, "Δ 1"))
+    out = tmp_path / "bench.json"
+    with pytest.raises(MhatrainError, match="1 correctness check"):
+        report_benches(["attention"], BenchOptions(heads=(8,), precisions=("fp32",), **QUIET), Console(quiet=True), out)
+    assert json.loads(out.read_text())["benches"][0]["checks"][0]["passed"] is False
+
+
+def test_an_unknown_bench_is_a_one_line_error():
+    result = run_cli("bench", "attentoin")
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == "error: unknown bench 'attentoin': choose from attention, train, decode"
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: check_options(["attention"], BenchOptions(heads=(1, 3)), heads_given=True), "h=3 does not divide d_model=256"),
+    (lambda: check_options(["decode"], BenchOptions(heads=(8,)), heads_given=True), "--heads applies to `mhatrain bench attention` only"),
+    (lambda: check_options(["train"], BenchOptions(checkpoint=Path("x")), heads_given=False), "--checkpoint applies to"),
+    (lambda: parse_int_list("8,x", "--heads"), "--heads must be comma-separated positive integers"),
+    (lambda: parse_int_list("0", "--beams"), "--beams must be"),
+    (lambda: parse_precision("fp16"), "--precision must be fp32, bf16 or both"),
+])
+def test_bad_options_fail_before_measuring(call, fragment):
+    with pytest.raises(MhatrainError) as caught:
+        call()
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_missing_transformers_is_a_one_line_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
+    with pytest.raises(MhatrainError, match=r"pip install 'mhatrain\[bench\]'"):
+        check_options(["train"], BenchOptions(quick=True), heads_given=False)
+    check_options(["attention"], BenchOptions(quick=True), heads_given=False)  # needs no transformers
+
+
+def allocating_step(mib: int, compile: bool = False):
+    """A workload whose step holds `mib` MiB of float32 at its peak (for the memory test)."""
+    def step():
+        return float(torch.ones(mib * 2**18).sum())
+    return step
+
+
+def test_peak_memory_is_measured_in_a_fresh_process():
+    mib, note = peak_memory_mib(Workload(__name__, "allocating_step", {"mib": 64}), torch.device("cpu"),
+                                compile=False, threads=1)
+    assert note == "" and 60 <= mib < 64 + 40
+
+
+def test_peers_alternate_and_every_peer_goes_first():
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    samples = time_alternating(steps, repeats=3, warmup=0, device=torch.device("cpu"))
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert all(len(s) == 3 for s in samples.values())
+    summary = Summary.of([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (summary.median, summary.q1, summary.q3, summary.min, summary.max) == (3.0, 2.0, 4.0, 1.0, 5.0)
+
+
+def test_a_failing_compile_falls_back_to_eager():
+    def build(compile: bool):
+        if compile:
+            raise RuntimeError("backend exploded")
+        return lambda: None
+
+    step, note = ready_step(build, compile=True)
+    assert step() is None and "torch.compile failed" in note and note.endswith("eager")
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_torch_transformer_with_our_weights_is_our_model(norm):
+    from mhatrain.bench.inputs import synthetic_pairs
+    from mhatrain.bench.train import check_torch_transformer
+    from mhatrain.data import collate
+
+    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, norm=norm,
+                      max_positions=64)
+    batch = collate(synthetic_pairs(6, 50, seed=3), list(range(6)))
+    check = check_torch_transformer(cfg, 50, batch, torch.device("cpu"), seed=1)
+    assert check.passed, check.detail
+
+
+def test_flop_count_is_the_models_matmul_weights_per_token():
+    """With one source and one target token, forward MACs = the weights of every Linear layer (each
+    used once per token) + the attention products over a single position."""
+    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64)
+    model = build_model(cfg, 100)
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    attention = 2 * cfg.d_model * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
+    assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
