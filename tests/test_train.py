@@ -229,3 +229,27 @@ def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, 
     summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run",
                     console=Silent())
     assert summary["skipped_updates"] == 1 and summary["updates"] == 6
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype):
+    """The one-log-softmax loss is F.cross_entropy's: smoothed loss and NLL, their gradients, PAD ignored."""
+    import torch.nn.functional as F
+
+    from mhatrain.data import PAD, Batch
+    from mhatrain.train import batch_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 11, dtype=dtype, requires_grad=True)
+    gold = torch.tensor([[4, 5, 6], [7, PAD, PAD]])
+    batch = Batch(src=torch.zeros(2, 1, dtype=torch.long), tgt_in=gold, tgt_out=gold, indices=[0, 1])
+    loss, nll = batch_loss(lambda src, tgt_in: logits, batch, smoothing)
+    flat = logits.float().view(-1, 11)
+    expected = F.cross_entropy(flat, gold.view(-1), ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, F.cross_entropy(flat, gold.view(-1), ignore_index=PAD, reduction="sum"))
+    (grad,) = torch.autograd.grad(loss, logits)
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    torch.testing.assert_close(grad, expected_grad)
+    assert not nll.requires_grad

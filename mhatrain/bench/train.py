@@ -18,7 +18,7 @@ import torch
 from .. import data as D
 from ..config import Config, ModelConfig, TrainConfig
 from ..model import build_model, count_parameters
-from ..train import autocast, batch_loss
+from ..train import autocast, batch_loss, make_optimizer
 from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
 from .measure import measure_peers
@@ -50,8 +50,7 @@ def train_step(peer: str, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab_
     device = torch.device(device)
     torch.manual_seed(seed)
     model = build_seq2seq(peer, model_cfg, vocab_size).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
-                                 eps=train_cfg.adam_eps, weight_decay=train_cfg.weight_decay)
+    optimizer = make_optimizer(model.parameters(), train_cfg, LR)  # the trainer's, for every peer
     step_model = torch.compile(model) if compile else model
     on_device = [(batch.to(device), batch.n_tgt_tokens) for batch in batches]
     clip = train_cfg.clip_norm if train_cfg.clip_norm > 0 else float("inf")
