@@ -33,13 +33,24 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def explicit_attention(q, k, v, mask, dropout_p: float = 0.0, training: bool = False):
-    """softmax(q kᵀ / sqrt(Dh)) v with the probabilities returned: [B,H,Tq,Dh], [B,H,Tq,Tk]."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, Tq, Tk]
+    """softmax(q kᵀ / sqrt(Dh)) v with the probabilities returned: [B,H,Tq,Dh], [B,H,Tq,Tk].
+
+    The scores are the largest tensor (Tk / Dh times the size of q: with small heads many times), so
+    each pass over them counts: the scale goes on q before the product, the mask is added in place
+    as a bias of the mask's own broadcast shape, and the softmax runs in q's dtype (the kernel
+    accumulates in fp32 for bf16), with no fp32 copy of the scores.
+    """
+    scores = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # [B, H, Tq, Tk]
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        scores.add_(mask_bias(mask, scores.dtype))  # the product's backward does not need its output
+    probs = torch.softmax(scores, dim=-1)
     dropped = F.dropout(probs, dropout_p, training) if dropout_p > 0 else probs
     return dropped @ v, probs
+
+
+def mask_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean mask (True = may attend) → additive bias: 0 where allowed, -inf where not."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def fused_kernel_pays(q: torch.Tensor) -> bool:
