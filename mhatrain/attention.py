@@ -32,6 +32,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, T, H * Dh)
 
 
+def fold_group(q: torch.Tensor, group: int) -> torch.Tensor:
+    """[n·g, H, Tq, Dh] → [n, H, g·Tq, Dh]: the g query rows of each cached row become one row."""
+    return q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
+
+
+def unfold_group(x: torch.Tensor, group: int) -> torch.Tensor:
+    """[n, H, g·Tq, X] → [n·g, H, Tq, X]: undoes fold_group on the output (X = Dh) or probabilities (X = Tk)."""
+    return x.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
+
+
 def explicit_attention(q, k, v, mask, dropout_p: float = 0.0, training: bool = False):
     """softmax(q kᵀ / sqrt(Dh)) v with the probabilities returned: [B,H,Tq,Dh], [B,H,Tq,Tk].
 
@@ -64,12 +74,15 @@ class KVCache:
     """Keys and values of one attention module during incremental decoding.
 
     Self-attention appends one position per step; cross-attention fills it once from the
-    encoder output (`static`). Tensors are [B, H, T, Dh].
+    encoder output (`static`). Tensors are [B, H, T, Dh]. `group`: query rows per cached row. In
+    beam search the beams of a sentence are `group` consecutive query rows that share its encoder
+    keys/values, which are then computed, stored and read once per sentence, not once per beam.
     """
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
     static: bool = False
+    group: int = 1
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows `index` (in that order): beam search reordering and pruning."""
@@ -124,6 +137,9 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([cache.k, k], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
                     v = torch.cat([cache.v, v], dim=2)
                 cache.k, cache.v = k, v
+        group = cache.group if cache is not None else 1
+        if group > 1:
+            q = fold_group(q, group)
         # 3. Scaled dot-product attention, every head at once.
         dropout_p = self.dropout if self.training else 0.0
         if need_weights or not fused_kernel_pays(q):
@@ -131,6 +147,9 @@ class MultiHeadAttention(nn.Module):
         else:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
             probs = None
+        if group > 1:
+            heads = unfold_group(heads, group)
+            probs = unfold_group(probs, group) if probs is not None else None
         # 4. Optional head gates (head masking / importance), then Concat and W_O.
         if head_gate is not None:
             heads = heads * head_gate.to(heads.dtype).view(1, -1, 1, 1)

@@ -17,7 +17,7 @@ import torch
 
 from .config import DecodeConfig
 from .data import BOS, EOS, PAD, Tokenizer, batch_indices
-from .model import HeadGates, Transformer
+from .model import DecoderCache, HeadGates, Transformer
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
@@ -34,25 +34,29 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> t
     return limits.clamp(max=model.cfg.max_positions - 2)
 
 
-def _next_logprobs(model: Transformer, tokens: torch.Tensor, memory, src_mask, cache, gates,
-                   eos_only: torch.Tensor) -> torch.Tensor:
-    """[N, t] tokens so far → [N, V] float32 log-probabilities of the next token.
+def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, use_cache: bool, gates,
+                 eos_only: torch.Tensor) -> torch.Tensor:
+    """[N, t] tokens so far → [N, V] float32 logits of the next token, what may not come next at -inf.
 
-    With a cache only the last token is fed. PAD and BOS are never generated; rows in `eos_only`
-    (at their length limit) may only end.
+    With the cache only the last token is fed; without it the whole prefix is recomputed against
+    the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
+    `eos_only` (at their length limit) may only end.
     """
-    if cache is not None:
+    if use_cache:
         logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache, gates=gates)
     else:
+        memory, src_mask = cache.memory, cache.src_mask
+        if cache.beam > 1:
+            memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
         logits = model.decode(tokens, memory, src_mask, gates=gates)
-    logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
-    logp[:, PAD] = float("-inf")
-    logp[:, BOS] = float("-inf")
+    logits = logits[:, -1].float()
+    logits[:, PAD] = float("-inf")
+    logits[:, BOS] = float("-inf")
     if eos_only.any():
-        eos = logp[:, EOS].clone()
-        logp[eos_only] = float("-inf")
-        logp[:, EOS] = eos
-    return logp
+        eos = logits[:, EOS].clone()
+        logits[eos_only] = float("-inf")
+        logits[:, EOS] = eos
+    return logits
 
 
 @torch.no_grad()
@@ -60,14 +64,13 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
                   gates: HeadGates | None = None) -> list[list[int]]:
     """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates)."""
     B = src.size(0)
-    memory, src_mask = model.encode(src, gates=gates)
-    cache = model.new_cache(memory, src_mask) if use_cache else None
+    cache = model.new_cache(*model.encode(src, gates=gates))
     limits = length_limits(src, cfg, model)
     out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for step in range(1, int(limits.max()) + 2):
-        logp = _next_logprobs(model, out, memory, src_mask, cache, gates, eos_only=limits < step)
-        next_token = logp.argmax(-1).masked_fill(finished, PAD)
+        logits = _next_logits(model, out, cache, use_cache, gates, eos_only=limits < step)
+        next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
         out = torch.cat([out, next_token[:, None]], dim=1)
         finished |= next_token == EOS
         if finished.all():
@@ -91,9 +94,7 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
         return greedy_search(model, src, cfg, use_cache, gates)
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
-    memory, src_mask = model.encode(src, gates=gates)
-    rows = torch.arange(B, device=device).repeat_interleave(K)  # [B·K] sentence of each row
-    cache = model.new_cache(memory.index_select(0, rows), src_mask.index_select(0, rows))
+    cache = model.new_cache(*model.encode(src, gates=gates), beam=K)  # rows: K beams per sentence
 
     sentence = torch.arange(B, device=device)  # original index of each active sentence
     tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
@@ -104,12 +105,15 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
     for step in range(1, int(limits.max()) + 2):
         n = sentence.numel()
         eos_only = (limits[sentence] < step).repeat_interleave(K)
-        logp = _next_logprobs(model, tokens, cache.memory, cache.src_mask, cache if use_cache else None,
-                              gates, eos_only)  # [n·K, V]
-        V = logp.size(-1)
-        candidates = (scores.view(-1, 1) + logp).view(n, K * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)  # [n, 2K]: ≥ K of them are not EOS
-        top_beam, top_token = top_index // V, top_index % V
+        logits = _next_logits(model, tokens, cache, use_cache, gates, eos_only)  # [n·K, V]
+        # The 2K best extensions of each beam hold the 2K best of the sentence, and within a beam
+        # log P = logit - logsumexp ranks like the logits: no full log-softmax is needed.
+        per_beam = min(2 * K, logits.size(-1))
+        beam_logits, beam_tokens = logits.topk(per_beam, dim=1)  # [n·K, per_beam]
+        candidates = scores.view(-1, 1) + beam_logits - logits.logsumexp(dim=1, keepdim=True)
+        top_scores, top_index = candidates.view(n, K * per_beam).topk(2 * K, dim=1)  # [n, 2K]: ≥ K not EOS
+        top_beam = top_index // per_beam
+        top_token = beam_tokens.view(n, K * per_beam).gather(1, top_index)
         is_eos = top_token == EOS
 
         # Finished hypotheses: EOS among the K best candidates of a sentence.
@@ -136,12 +140,13 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
                              for r, b in enumerate(sentence.tolist())], device=device)
         if done.all():
             break
-        active = (~done).nonzero(as_tuple=True)[0]
+        active = None
         if done.any():
+            active = (~done).nonzero(as_tuple=True)[0]
             sentence, scores = sentence[active], scores[active]
             source_rows = source_rows.view(n, K)[active].view(-1)
             tokens = tokens.view(n, K, -1)[active].view(len(active) * K, -1)
-        cache.reorder(source_rows)
+        cache.reorder(source_rows, sentences=active)
 
     results = []
     for b in range(B):

@@ -84,8 +84,12 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
+    self_attn: KVCache
+    cross_attn: KVCache
+
+    @classmethod
+    def empty(cls, beam: int = 1) -> "LayerCache":
+        return cls(KVCache(), KVCache(static=True, group=beam))
 
 
 class DecoderLayer(nn.Module):
@@ -115,19 +119,30 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """Per-layer key/value caches for incremental decoding, plus the encoder side it belongs to."""
+    """Per-layer key/value caches for incremental decoding, plus the encoder side it belongs to.
+
+    The decoder runs `beam` rows per sentence (a sentence's beams next to each other); the encoder
+    side (memory, src_mask, cross-attention keys/values) keeps one row per sentence.
+    """
 
     layers: list[LayerCache]
     memory: torch.Tensor  # [B, S, D]
     src_mask: torch.Tensor  # [B, 1, 1, S]
+    beam: int = 1
     length: int = 0  # target positions decoded so far
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Keep decoder rows `rows`, in that order. The encoder side follows `sentences` (the
+        sentences still decoding) when given; with one row per sentence (beam 1) it follows `rows`."""
+        if sentences is None and self.beam == 1:
+            sentences = rows
         for layer in self.layers:
-            layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)
-        self.memory = self.memory.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+            layer.self_attn.reorder(rows)
+            if sentences is not None:
+                layer.cross_attn.reorder(sentences)
+        if sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.src_mask = self.src_mask.index_select(0, sentences)
 
 
 @dataclass
@@ -228,8 +243,9 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
-    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
-        return DecoderCache([LayerCache() for _ in self.decoder], memory, src_mask)
+    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1) -> DecoderCache:
+        """An empty cache for decoding `beam` rows per sentence of `memory` (see DecoderCache)."""
+        return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam)
 
 
 def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:

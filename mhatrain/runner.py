@@ -19,7 +19,7 @@ from .errors import MhatrainError
 from .evaluate import score
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
-from .train import resolve_device
+from .distributed import resolve_device
 
 MAX_INPUT_CHARS = 10_000
 

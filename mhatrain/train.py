@@ -30,7 +30,7 @@ from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_parti
                          save_checkpoint)
 from .config import Config, dump_config
 from .decode import translate_ids
-from .distributed import Group, process_group, resolve_device  # noqa: F401 (resolve_device: used from here by runner)
+from .distributed import Group, process_group
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point

@@ -185,6 +185,34 @@ def test_cache_reorder_then_continue_equals_full_recomputation_on_permuted_batch
     assert_close(torch.cat(steps, dim=1), full[:, 3:], **TOL)
 
 
+def test_beam_cache_keeps_the_encoder_side_once_per_sentence():
+    """Two beams per sentence: the decoder runs 6 rows, cross-attention keys stay at 3 sentences,
+    and reordering beams, then dropping a sentence, equals recomputing on the expanded batch."""
+    model = small_model()
+    memory, src_mask = encoded_batch(model)
+    rows = torch.arange(3).repeat_interleave(2)  # [0, 0, 1, 1, 2, 2]
+    tgt = torch.cat([torch.full((6, 1), BOS), tokens(6, 5, seed=17)], dim=1)  # [6, 6]
+    beams = torch.tensor([1, 1, 2, 3, 4, 5])  # within each sentence: beam 1 twice, then both kept
+    keep = torch.tensor([0, 2])  # sentence 1 finishes
+    keep_rows = torch.tensor([0, 1, 4, 5])
+    with torch.no_grad():
+        cache = model.new_cache(memory, src_mask, beam=2)
+        for t in range(3):
+            model.decode(tgt[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+        assert cache.layers[0].cross_attn.k.shape[0] == 3 and cache.layers[0].self_attn.k.shape[0] == 6
+        cache.reorder(beams)
+        reordered = torch.cat([tgt[beams, :3], tgt[:, 3:]], dim=1)
+        step = model.decode(reordered[:, 3:4], cache.memory, cache.src_mask, cache=cache)
+        full = model.decode(reordered[:, :4], memory[rows], src_mask[rows])
+        assert_close(step[:, 0], full[:, -1], **TOL)
+        cache.reorder(keep_rows, sentences=keep)
+        assert cache.layers[0].cross_attn.k.shape[0] == 2 and cache.memory.shape[0] == 2
+        steps = [model.decode(reordered[keep_rows, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+                 for t in (4, 5)]
+        full = model.decode(reordered[keep_rows], memory[rows[keep_rows]], src_mask[rows[keep_rows]])
+    assert_close(torch.cat(steps, dim=1), full[:, 4:], **TOL)
+
+
 # ----------------------------------------------------------------------------- head gates
 
 

@@ -5,11 +5,12 @@ Peers, same source batches (length-sorted, decode.batch_tokens, as `translate_id
   ours, no cache   the same search recomputing the whole prefix each step (use_cache=False)
   HF generate      Hugging Face `generate()` of a MarianMTModel of the same dimensions and beam
 Fair lengths: every peer runs the same number of decoder steps per batch. With random weights
-(the default) ours can never pick EOS (its output row is zero, so its logit 0 is never near the
-top among thousands of random logits) and stops at a fixed limit of L tokens + EOS
-(decode.max_len_a = 0, max_len_b = L); generate() gets min_new_tokens = L, max_new_tokens = L + 1
-(forced EOS last). With --checkpoint ours translates with the trained run's weights and decode
-settings, and generate() is forced to the longest translation ours produced in each batch.
+(the default) no peer can pick EOS (its output row is zero, so its logit 0 is never near the top
+among thousands of random logits): ours stops at a fixed limit of L tokens + EOS
+(decode.max_len_a = 0, max_len_b = L), generate() at max_new_tokens = L + 1 with EOS forced last
+(forced_eos_token_id), so neither pays for a per-step length rule. With --checkpoint ours
+translates with the trained run's weights and decode settings, and generate() is forced to the
+longest translation ours produced in each batch (min_new_tokens, a per-step logits processor).
 Checked before timing (fp32, first batch): cached and uncached search give identical output;
 the peers generate the same number of tokens per sentence.
 """
@@ -55,9 +56,16 @@ def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
         return load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
     torch.manual_seed(seed)
     model = build_model(source.model_cfg, source.vocab_size).to(device).eval()
-    with torch.no_grad():
-        model.output.weight[D.EOS].zero_()  # never ends early: every sentence runs to the length limit
+    _never_end(model.output)
     return model
+
+
+def _never_end(output: torch.nn.Linear) -> None:
+    """Zero EOS's output row (random weights): every sentence runs to the length limit."""
+    with torch.no_grad():
+        output.weight[D.EOS].zero_()
+        if output.bias is not None:
+            output.bias[D.EOS] = 0.0
 
 
 def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], forced: list[int], beam: int,
@@ -69,6 +77,9 @@ def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], for
         require_transformers("the HF generate peer")
         torch.manual_seed(seed)
         model = marian_model(source.model_cfg, source.vocab_size).to(device).eval()
+        random_weights = source.run_dir is None
+        if random_weights:
+            _never_end(model.get_output_embeddings())
         if compile:
             model.forward = torch.compile(model.forward, dynamic=True)
         search = {"num_beams": beam, "length_penalty": decode_cfg.alpha} if beam > 1 else {"num_beams": 1}
@@ -76,7 +87,8 @@ def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], for
         def step():
             with autocast(device, precision):
                 return [model.generate(input_ids=src, attention_mask=src != D.PAD, do_sample=False,
-                                       min_new_tokens=n, max_new_tokens=n + 1, **search)
+                                       max_new_tokens=n + 1, **({} if random_weights else {"min_new_tokens": n}),
+                                       **search)
                         for src, n in zip(batches, forced)]
         return step
 
