@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from . import data as D
 from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
@@ -31,6 +30,7 @@ from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_parti
 from .config import Config, dump_config
 from .decode import translate_ids
 from .distributed import Group, process_group
+from .loss import smoothed_cross_entropy
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point
@@ -93,18 +93,14 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
 
 
 def batch_loss(model: Transformer, batch: D.Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over the batch's target tokens.
-
-    One fp32 log-softmax serves both (F.cross_entropy twice would compute it twice):
-    loss = (1 - ε) · NLL + ε · mean over the vocabulary of -log p, as F.cross_entropy's label_smoothing.
-    """
+    """Summed label-smoothed cross-entropy and summed NLL over the batch's target tokens (PAD
+    positions excluded), both fp32, as F.cross_entropy with label_smoothing computes them (see
+    mhatrain.loss: one pass serves both, without an [N, V] fp32 log-softmax)."""
     logits = model(batch.src, batch.tgt_in)  # [B, T, V]
-    log_probs = F.log_softmax(logits.view(-1, logits.size(-1)), dim=-1, dtype=torch.float32)
     gold = batch.tgt_out.reshape(-1)
     real = gold != D.PAD
-    nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [B·T]
-    per_token = (1.0 - smoothing) * nll - smoothing * log_probs.mean(dim=-1) if smoothing else nll
-    return per_token[real].sum(), nll.detach()[real].sum()
+    per_token, nll = smoothed_cross_entropy(logits.view(-1, logits.size(-1)), gold, smoothing)
+    return per_token[real].sum(), nll[real].sum()
 
 
 def make_optimizer(parameters, t, lr: float) -> torch.optim.Adam:

@@ -233,13 +233,16 @@ def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype):
-    """The one-log-softmax loss is F.cross_entropy's: smoothed loss and NLL, their gradients, PAD ignored."""
+@pytest.mark.parametrize("block_elements", [1 << 20, 25])  # all rows in one block; 2 rows per block
+def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, block_elements, monkeypatch):
+    """The blockwise loss is F.cross_entropy's: smoothed loss and NLL, their gradients, PAD ignored."""
     import torch.nn.functional as F
 
+    import mhatrain.loss
     from mhatrain.data import PAD, Batch
     from mhatrain.train import batch_loss
 
+    monkeypatch.setattr(mhatrain.loss, "BLOCK_ELEMENTS", block_elements)
     torch.manual_seed(0)
     logits = torch.randn(2, 3, 11, dtype=dtype, requires_grad=True)
     gold = torch.tensor([[4, 5, 6], [7, PAD, PAD]])
