@@ -4,7 +4,9 @@
     head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V,   d_k = d_v = d_model / h
 
 All heads are computed together: the per-head projections W_i^Q are the column blocks of one
-d_model × d_model matrix W_Q, so one matmul projects every head and a reshape separates them.
+d_model × d_model matrix W_Q, so one matmul projects every head and a reshape separates them. In
+self-attention Q, K and V come from the same input, so W_Q, W_K and W_V are stacked into one
+matmul (the parameters stay three Linear layers).
 
 Shape legend:  B batch · H heads · Tq query length · Tk key length · D d_model · Dh d_head = D / H
 Masks are boolean and broadcast to [B, H, Tq, Tk]; True means "may attend".
@@ -107,6 +109,12 @@ class MultiHeadAttention(nn.Module):
             if bias:
                 nn.init.zeros_(linear.bias)
 
+    def _project_qkv(self, x):
+        """Self-attention: Q, K and V of x in one matmul (W_Q, W_K, W_V stacked)."""
+        weight = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight])
+        bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.w_q.bias is not None else None
+        return F.linear(x, weight, bias).chunk(3, dim=-1)
+
     def forward(
         self,
         query: torch.Tensor,
@@ -125,13 +133,17 @@ class MultiHeadAttention(nn.Module):
         Returns ([B, Tq, D], probabilities or None).
         """
         # 1. Project and split heads: Q = query W_Q → [B, H, Tq, Dh]
-        q = split_heads(self.w_q(query), self.n_heads)
         # 2. Keys and values, from the cache when it has them.
         if cache is not None and cache.static and cache.k is not None:
+            q = split_heads(self.w_q(query), self.n_heads)
             k, v = cache.k, cache.v
         else:
-            k = split_heads(self.w_k(key_value), self.n_heads)  # [B, H, Tk_new, Dh]
-            v = split_heads(self.w_v(key_value), self.n_heads)
+            if key_value is query:
+                q, k, v = (split_heads(x, self.n_heads) for x in self._project_qkv(query))
+            else:
+                q = split_heads(self.w_q(query), self.n_heads)
+                k = split_heads(self.w_k(key_value), self.n_heads)  # [B, H, Tk_new, Dh]
+                v = split_heads(self.w_v(key_value), self.n_heads)
             if cache is not None:
                 if not cache.static and cache.k is not None:
                     k = torch.cat([cache.k, k], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
