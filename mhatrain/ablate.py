@@ -350,6 +350,21 @@ def _point_outcome(study: Study, point: Point) -> str:
     return f"{summary['parameters']:,} parameters, test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}"
 
 
+def point_seconds(study: Study, point: Point) -> float | None:
+    """A finished point's training, validation and evaluation time from its files: over all the
+    sessions it took, where the clock of one invocation sees only the last."""
+    import json
+
+    try:
+        summary = json.loads((study.run_dir(point) / "train_summary.json").read_text(encoding="utf-8"))
+        seconds = float(summary["train_seconds"]) + float(summary["valid_seconds"])
+        for split in EVAL_SPLITS:
+            seconds += float(json.loads(study.eval_file(point, split).read_text(encoding="utf-8"))["decode_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seconds
+
+
 # ----------------------------------------------------------------------------- grid progress
 
 
@@ -365,10 +380,12 @@ class GridDisplay:
     process, or above one line per subprocess run); elsewhere, one printed line per event.
     """
 
-    def __init__(self, console: Console, total: int, done: int, jobs: int):
+    def __init__(self, console: Console, total: int, done: int, jobs: int, durations: list[float] = ()):
+        """durations: seconds of points finished before (point_seconds), the first basis of the ETA."""
         self.console, self.total, self.done, self.jobs = console, total, done, jobs
         self.running: dict[str, float] = {}
-        self.durations: list[float] = []
+        self.resumed: set[str] = set()
+        self.durations: list[float] = list(durations)
         self.failed = 0
         nested_ok = hasattr(console, "_live_stack")  # rich < 14 allows one live display at a time
         self.live = console.is_terminal and (jobs > 1 or nested_ok)
@@ -401,27 +418,33 @@ class GridDisplay:
         remaining = left * mean + sum(max(0.0, mean - (now - start)) for start in self.running.values())
         return _clock(remaining / max(1, min(self.jobs, left + len(self.running))))
 
-    def start(self, point: Point, where: str = "") -> None:
+    def start(self, point: Point, where: str = "", resumed: bool = False) -> None:
         with self._lock:
             self.running[point.name] = time.monotonic()
+            if resumed:
+                self.resumed.add(point.name)
             self.console.print(f"[bold]grid[/] {point.name} (h={point.heads}, seed {point.seed}) starting{where}: "
                                f"{self.summary()}", highlight=False)
             if self.live and self.jobs > 1:
                 self.point_tasks[point.name] = self.progress.add_task(f"  {point.name}", total=None, status="")
             self._refresh()
 
-    def finish(self, point: Point, outcome: str, ok: bool = True) -> None:
+    def finish(self, point: Point, outcome: str, ok: bool = True, seconds: float | None = None) -> None:
+        """seconds: the point's time over all its sessions (point_seconds), if known."""
         with self._lock:
-            started = self.running.pop(point.name, time.monotonic())
+            wall = time.monotonic() - self.running.pop(point.name, time.monotonic())
             if ok:
                 self.done += 1
-                self.durations.append(time.monotonic() - started)
+                self.durations.append(seconds or wall)
             else:
                 self.failed += 1
             if point.name in self.point_tasks:
                 self.progress.remove_task(self.point_tasks.pop(point.name))
             word = "done" if ok else "[bold red]failed[/]"
-            self.console.print(f"[bold]grid[/] {point.name} {word} in {_clock(time.monotonic() - started)}"
+            took = _clock(wall)
+            if point.name in self.resumed:
+                took += f" (resumed; {_clock(seconds)} in all its sessions)" if seconds else " (resumed)"
+            self.console.print(f"[bold]grid[/] {point.name} {word} in {took}"
                                f"{': ' + outcome if outcome else ''} — {self.summary()}", highlight=False)
             self._refresh()
 
@@ -491,16 +514,21 @@ def _show_plan(study: Study, config: Config, console: Console) -> None:
 
 def _run_here(study: Study, todo: list[Point], extra: list[str], done_before: int, console: Console) -> None:
     total = done_before + len(todo)
-    with GridDisplay(console, total, done_before, 1) as grid:
+    with GridDisplay(console, total, done_before, 1, _past_durations(study, todo)) as grid:
         for point in todo:
-            grid.start(point)
+            grid.start(point, resumed=study.state(point) != "pending")
             try:
                 run_point(study, point, extra, console)
             except SystemExit:  # a signal stopped training after a checkpoint
                 console.print(f"study interrupted during {point.name}: run the same `mhatrain ablate` command "
                               f"again to continue from its last checkpoint", highlight=False)
                 raise
-            grid.finish(point, _point_outcome(study, point))
+            grid.finish(point, _point_outcome(study, point), seconds=point_seconds(study, point))
+
+
+def _past_durations(study: Study, todo: list[Point]) -> list[float]:
+    seconds = (point_seconds(study, point) for point in study.points if point not in todo)
+    return [s for s in seconds if s]
 
 
 def _tail(path: Path) -> str:
@@ -525,7 +553,7 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
     failed: dict[str, Path] = {}
     stopping = threading.Event()
     guard = threading.Lock()
-    grid = GridDisplay(console, done_before + len(todo), done_before, len(extras))
+    grid = GridDisplay(console, done_before + len(todo), done_before, len(extras), _past_durations(study, todo))
 
     def work(point: Point) -> None:
         slot = slots.get()
@@ -539,7 +567,7 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
             log = study.log_path(point)
             log.parent.mkdir(parents=True, exist_ok=True)
             device = next((e.split("=", 1)[1] for e in extra if e.startswith("train.device=")), "")
-            grid.start(point, f" on {device}" if device else "")
+            grid.start(point, f" on {device}" if device else "", resumed=study.state(point) != "pending")
             threads = next((e.split("=", 1)[1] for e in extra if e.startswith("train.threads=")), None)
             env = {**os.environ, **({"OMP_NUM_THREADS": threads} if threads else {})}
             code = 0
@@ -562,7 +590,7 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
             if code:
                 failed[point.name] = log
             grid.finish(point, _point_outcome(study, point) if not code else f"exit status {code}, see {log}",
-                        ok=not code)
+                        ok=not code, seconds=point_seconds(study, point) if not code else None)
         finally:
             slots.put(slot)
 

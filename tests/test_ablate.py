@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -19,8 +20,8 @@ import torch
 import yaml
 from rich.console import Console
 
-from mhatrain.ablate import (EVAL_SPLITS, Point, expand_grid, parse_heads, parse_point_name, parse_seeds,
-                             run_study, slot_overrides)
+from mhatrain.ablate import (EVAL_SPLITS, Point, Study, expand_grid, parse_heads, parse_point_name, parse_seeds,
+                             point_seconds, run_study, slot_overrides)
 from mhatrain.checkpoint import load_checkpoint
 from mhatrain.config import load_config
 from mhatrain.data import load_split
@@ -224,6 +225,16 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path, spm_cache,
     assert result.returncode == 0, result.stderr + result.stdout
     assert "1 of 2 runs already finished: skipped" in result.stdout
     assert "resuming at update" in result.stdout
+    # The ETA starts from the finished run's recorded time, and the resumed run's line says that
+    # its own clock saw only this session.
+    starting = next(line for line in result.stdout.splitlines() if line.startswith("grid h08-seed1 (h=8, seed 1) starting"))
+    assert re.search(r"1/2 runs done, 1 running, 0 left, ETA \d+:\d\d:\d\d$", starting), starting
+    assert re.search(r"grid h08-seed1 done in \d+:\d\d:\d\d \(resumed; \d+:\d\d:\d\d in all its sessions\)",
+                     result.stdout), result.stdout
+    study = Study(out, [Point(1, 1), Point(8, 1)], [1, 8], [1], beam=3)
+    assert point_seconds(study, Point(1, 1)) == pytest.approx(
+        sum(json.loads((first / "eval" / f"{split}.beam3.json").read_text())["decode_seconds"] for split in EVAL_SPLITS)
+        + sum(json.loads((first / "train_summary.json").read_text())[key] for key in ("train_seconds", "valid_seconds")))
     assert snapshot(first) == before  # not retrained, not re-evaluated, not even rewritten
     for point in ("h01-seed1", "h08-seed1"):
         for name in ("best.pt", "last.pt"):
