@@ -322,3 +322,23 @@ def test_paired_bootstrap_identical_systems_and_a_clearly_worse_one():
     assert results["worse"]["p_value"] < 0.01 and results["worse"]["difference"] < -10
     assert results["worse"]["ci95"][1] < results["worse"]["baseline_ci95"][0]
     assert results["near"]["p_value"] > 0.05
+
+
+MULTI30K_STUDY = ROOT / "results" / "ablate-multi30k"
+SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+
+@pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="needs the Multi30k files beside the repository")
+def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch):
+    """The README's head-count result is what `report` makes of the committed run files."""
+    study = tmp_path / "ablate-multi30k"
+    shutil.copytree(MULTI30K_STUDY, study, ignore=shutil.ignore_patterns("report*"))
+    monkeypatch.chdir(ROOT)  # base-config.yaml names the data relative to the repository root
+    rebuilt = json.loads(json.dumps(report_study(study, Silent())))
+    committed = json.loads((MULTI30K_STUDY / "report.json").read_text(encoding="utf-8"))
+    assert rebuilt["runs_done"] == rebuilt["runs_total"] == 5
+    for run in rebuilt["runs"] + committed["runs"]:  # paths name the directory it was built in
+        run.pop("run_dir"), run.pop("test_hypotheses")
+    for key in ("runs", "by_heads", "significance", "claims"):
+        assert rebuilt[key] == committed[key], key
+    assert len(rebuilt["significance"]["tests"]) == 4
