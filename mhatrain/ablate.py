@@ -44,7 +44,7 @@ from .checkpoint import config_differences
 from .config import Config, apply_override, dump_config, load_config, validate
 from .distributed import read_launch
 from .errors import MhatrainError
-from .io import atomic_write_text
+from .io import atomic_write_text, read_json
 
 STUDY_FILE = "study.yaml"
 BASE_CONFIG = "base-config.yaml"
@@ -339,30 +339,37 @@ def run_point(study: Study, point: Point, extra: list[str], console: Console) ->
             evaluate_run(run_dir, split, None, None, "best", [], console)
 
 
-def _point_outcome(study: Study, point: Point) -> str:
-    import json
+def _finished_files(study: Study, point: Point) -> tuple[dict, dict[str, dict]] | None:
+    """A finished point's train_summary.json and its evaluation reports by split; None if one is
+    missing or unreadable."""
+    summary = read_json(study.run_dir(point) / "train_summary.json")
+    evals = {split: read_json(study.eval_file(point, split)) for split in EVAL_SPLITS}
+    if summary is None or None in evals.values():
+        return None
+    return summary, evals
 
-    try:
-        summary = json.loads((study.run_dir(point) / "train_summary.json").read_text(encoding="utf-8"))
-        test = json.loads(study.eval_file(point, "test").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+
+def _point_outcome(study: Study, point: Point) -> str:
+    files = _finished_files(study, point)
+    if files is None:
         return ""
+    summary, evals = files
+    test = evals["test"]
     return f"{summary['parameters']:,} parameters, test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}"
 
 
 def point_seconds(study: Study, point: Point) -> float | None:
     """A finished point's training, validation and evaluation time from its files: over all the
     sessions it took, where the clock of one invocation sees only the last."""
-    import json
-
-    try:
-        summary = json.loads((study.run_dir(point) / "train_summary.json").read_text(encoding="utf-8"))
-        seconds = float(summary["train_seconds"]) + float(summary["valid_seconds"])
-        for split in EVAL_SPLITS:
-            seconds += float(json.loads(study.eval_file(point, split).read_text(encoding="utf-8"))["decode_seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
+    files = _finished_files(study, point)
+    if files is None:
         return None
-    return seconds
+    summary, evals = files
+    try:
+        return (float(summary["train_seconds"]) + float(summary["valid_seconds"])
+                + sum(float(report["decode_seconds"]) for report in evals.values()))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # ----------------------------------------------------------------------------- grid progress

@@ -133,22 +133,22 @@ class MultiHeadAttention(nn.Module):
         Returns ([B, Tq, D], probabilities or None).
         """
         # 1. Project and split heads: Q = query W_Q → [B, H, Tq, Dh]
-        # 2. Keys and values, from the cache when it has them.
-        if cache is not None and cache.static and cache.k is not None:
-            q = split_heads(self.w_q(query), self.n_heads)
-            k, v = cache.k, cache.v
+        # 2. Keys and values, from the cache when it has them (cross-attention while decoding).
+        cached = cache is not None and cache.static and cache.k is not None
+        if key_value is query and not cached:  # self-attention: one matmul for Q, K and V
+            q, k, v = (split_heads(x, self.n_heads) for x in self._project_qkv(query))
         else:
-            if key_value is query:
-                q, k, v = (split_heads(x, self.n_heads) for x in self._project_qkv(query))
+            q = split_heads(self.w_q(query), self.n_heads)
+            if cached:
+                k, v = cache.k, cache.v
             else:
-                q = split_heads(self.w_q(query), self.n_heads)
                 k = split_heads(self.w_k(key_value), self.n_heads)  # [B, H, Tk_new, Dh]
                 v = split_heads(self.w_v(key_value), self.n_heads)
-            if cache is not None:
-                if not cache.static and cache.k is not None:
-                    k = torch.cat([cache.k, k], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
-                    v = torch.cat([cache.v, v], dim=2)
-                cache.k, cache.v = k, v
+        if cache is not None and not cached:
+            if not cache.static and cache.k is not None:
+                k = torch.cat([cache.k, k], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
+                v = torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
         group = cache.group if cache is not None else 1
         if group > 1:
             q = fold_group(q, group)

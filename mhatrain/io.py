@@ -66,6 +66,15 @@ def _os_error(exc: BaseException) -> OSError | None:
     return None
 
 
+def read_json(path: Path) -> dict | None:
+    """The JSON object in a file; None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """The JSON objects of a JSON-lines file; a line cut short by a kill is skipped."""
     if not Path(path).is_file():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -29,7 +28,7 @@ from rich.table import Table
 
 from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
 from .errors import MhatrainError
-from .io import atomic_write_json, atomic_write_text, read_jsonl
+from .io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 
 BASELINE_HEADS = 8
 BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for paired bootstrap resampling
@@ -76,14 +75,6 @@ class RunRecord:
 # ----------------------------------------------------------------------------- gathering
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _read_yaml(path: Path) -> dict | None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -104,7 +95,7 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     if model.get("d_model"):
         record.d_head = model["d_model"] // point.heads
     record.beam = decode.get("beam")
-    summary = _read_json(run_dir / "train_summary.json")
+    summary = read_json(run_dir / "train_summary.json")
     valid_records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "valid"]
     if summary is None:  # laid out by `ablate` (config.yaml only), or training
         started = any((run_dir / name).exists() for name in ("last.pt", "last.prev.pt", "metrics.jsonl"))
@@ -116,8 +107,8 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     at_best = [r for r in valid_records if r.get("step") == summary.get("best_step")]
     if at_best:  # the checkpoint that eval scores is best.pt
         record.valid_ppl = at_best[-1].get("valid_ppl")
-    valid = _read_json(run_dir / "eval" / f"valid.beam{record.beam}.json")
-    test = _read_json(run_dir / "eval" / f"test.beam{record.beam}.json")
+    valid = read_json(run_dir / "eval" / f"valid.beam{record.beam}.json")
+    test = read_json(run_dir / "eval" / f"test.beam{record.beam}.json")
     if valid is not None:
         record.valid_bleu = valid.get("bleu")
     if test is not None:
