@@ -45,6 +45,7 @@ from .config import Config, apply_override, dump_config, load_config, validate
 from .distributed import read_launch
 from .errors import MhatrainError
 from .io import atomic_write_text, read_json
+from .provenance import code_version
 
 STUDY_FILE = "study.yaml"
 BASE_CONFIG = "base-config.yaml"
@@ -244,6 +245,8 @@ def open_study(study_dir: Path, config: Config, config_path: Path, overrides: li
         "heads": heads, "seeds": seeds, "config": str(Path(config_path).resolve()), "overrides": list(overrides),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
+        # Every code version that has run this study: one entry if a single commit ran every point.
+        "code": _append_new(list((recorded or {}).get("code") or []), code_version()),
     }
     _write_if_changed(study_file, yaml.safe_dump(record, sort_keys=False))
     _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -252,6 +255,10 @@ def open_study(study_dir: Path, config: Config, config_path: Path, overrides: li
         if not (study.run_dir(point) / "config.yaml").is_file():
             dump_config(point_config(config, point), study.run_dir(point) / "config.yaml")
     return study
+
+
+def _append_new(items: list, item) -> list:
+    return items if item in items else [*items, item]
 
 
 def _discard_study(study_dir: Path, console: Console) -> None:

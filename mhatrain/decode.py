@@ -3,10 +3,12 @@
 Beam search keeps B sentences × K beams as B·K rows of one batch. Each step scores every
 (beam, token) extension, keeps the K best unfinished ones per sentence and moves finished
 hypotheses (EOS) aside, scored with the paper's length penalty: log P(Y) / lp(Y),
-lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016). A sentence keeps its K best finished hypotheses
-and is done when it has K of them and its best unfinished beam, normalised at the current
-length, cannot beat the worst of them. Done sentences leave the batch, so the cache shrinks as
-the batch finishes.
+lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); log P(Y) charges every token, EOS included, the
+model's log-probability, also when the length limit forces EOS. A sentence keeps its K best
+finished hypotheses and is done when no unfinished beam can still beat the best of them: a beam's
+log-probability only falls as it grows, so its best reachable score is its current one over the
+largest penalty it can still reach (alpha > 0: at its length limit). Done sentences leave the
+batch, so the cache shrinks as the batch finishes.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> t
 
 
 def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, use_cache: bool, gates,
-                 eos_only: torch.Tensor) -> torch.Tensor:
-    """[N, t] tokens so far → [N, V] float32 logits of the next token, what may not come next at -inf.
+                 eos_only: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, t] tokens so far → ([N, V] float32 logits of the next token, what may not come next at -inf;
+    [N, 1] log-normaliser of the model's distribution).
 
     With the cache only the last token is fed; without it the whole prefix is recomputed against
     the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
-    `eos_only` (at their length limit) may only end.
+    `eos_only` (at their length limit) may only end. The normaliser is the logsumexp of the logits
+    before any of this, so logit - normaliser is the model's log-probability of a token: a forced
+    EOS is charged what the model gives it, not a free 0.
     """
     if use_cache:
         logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache, gates=gates)
@@ -50,13 +55,14 @@ def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, 
             memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
         logits = model.decode(tokens, memory, src_mask, gates=gates)
     logits = logits[:, -1].float()
+    log_normaliser = logits.logsumexp(dim=1, keepdim=True)
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
     if eos_only.any():
         eos = logits[:, EOS].clone()
         logits[eos_only] = float("-inf")
         logits[:, EOS] = eos
-    return logits
+    return logits, log_normaliser
 
 
 @torch.no_grad()
@@ -69,7 +75,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for step in range(1, int(limits.max()) + 2):
-        logits = _next_logits(model, out, cache, use_cache, gates, eos_only=limits < step)
+        logits, _ = _next_logits(model, out, cache, use_cache, gates, eos_only=limits < step)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
         out = torch.cat([out, next_token[:, None]], dim=1)
         finished |= next_token == EOS
@@ -89,9 +95,23 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
                 alpha: float | None = None, use_cache: bool = True, gates: HeadGates | None = None) -> list[list[int]]:
     """src: [B, S] → for each sentence the best hypothesis's token ids (without BOS/EOS)."""
     K = beam or cfg.beam
-    alpha = cfg.alpha if alpha is None else alpha
     if K == 1:
         return greedy_search(model, src, cfg, use_cache, gates)
+    return [ids for _, ids in scored_beam_search(model, src, cfg, K, alpha, use_cache, gates)]
+
+
+@torch.no_grad()
+def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: int | None = None,
+                       alpha: float | None = None, use_cache: bool = True, gates: HeadGates | None = None,
+                       stop_early: bool = True) -> list[tuple[float, list[int]]]:
+    """src: [B, S] → for each sentence (log P(hypothesis + EOS) / lp, token ids without BOS/EOS) of
+    its best hypothesis; (-inf, []) if none finished.
+
+    stop_early=False runs every sentence to its length limit; the stopping rule is a bound, so the
+    result is the same (the tests check it).
+    """
+    K = beam or cfg.beam
+    alpha = cfg.alpha if alpha is None else alpha
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
     cache = model.new_cache(*model.encode(src, gates=gates), beam=K)  # rows: K beams per sentence
@@ -105,12 +125,12 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
     for step in range(1, int(limits.max()) + 2):
         n = sentence.numel()
         eos_only = (limits[sentence] < step).repeat_interleave(K)
-        logits = _next_logits(model, tokens, cache, use_cache, gates, eos_only)  # [n·K, V]
+        logits, log_normaliser = _next_logits(model, tokens, cache, use_cache, gates, eos_only)  # [n·K, V], [n·K, 1]
         # The 2K best extensions of each beam hold the 2K best of the sentence, and within a beam
-        # log P = logit - logsumexp ranks like the logits: no full log-softmax is needed.
+        # log P = logit - normaliser ranks like the logits: no full log-softmax is needed.
         per_beam = min(2 * K, logits.size(-1))
         beam_logits, beam_tokens = logits.topk(per_beam, dim=1)  # [n·K, per_beam]
-        candidates = scores.view(-1, 1) + beam_logits - logits.logsumexp(dim=1, keepdim=True)
+        candidates = scores.view(-1, 1) + beam_logits - log_normaliser
         top_scores, top_index = candidates.view(n, K * per_beam).topk(2 * K, dim=1)  # [n, 2K]: ≥ K not EOS
         top_beam = top_index // per_beam
         top_token = beam_tokens.view(n, K * per_beam).gather(1, top_index)
@@ -122,6 +142,8 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
             lp = length_penalty(step, alpha)
             prefixes = tokens.view(n, K, -1)
             for r, c in zip(eos_rows.tolist(), eos_cols.tolist()):
+                if top_scores[r, c] == float("-inf"):
+                    continue
                 hyp = prefixes[r, int(top_beam[r, c]), 1:].tolist()
                 _keep_best(finished[int(sentence[r])], (float(top_scores[r, c]) / lp, hyp), K)
 
@@ -134,10 +156,10 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
         source_rows = (torch.arange(n, device=device)[:, None] * K + beam_of).view(-1)  # [n·K]
         tokens = torch.cat([tokens.index_select(0, source_rows), token_of.view(-1, 1)], dim=1)
 
-        # Sentences whose finished hypotheses cannot be beaten any more leave the batch.
-        best_alive = (scores[:, 0] / length_penalty(step, alpha)).tolist()
-        done = torch.tensor([len(finished[b]) >= K and best_alive[r] <= min(f[0] for f in finished[b])
-                             for r, b in enumerate(sentence.tolist())], device=device)
+        # A sentence is done when no live beam can still beat its best finished hypothesis.
+        bound = best_reachable(scores[:, 0], step, limits[sentence], alpha).tolist()
+        done = torch.tensor([stop_early and bool(finished[b]) and bound[r] <= max(f[0] for f in finished[b])
+                             for r, b in enumerate(sentence.tolist())], dtype=torch.bool, device=device)
         if done.all():
             break
         active = None
@@ -148,11 +170,20 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
             tokens = tokens.view(n, K, -1)[active].view(len(active) * K, -1)
         cache.reorder(source_rows, sentences=active)
 
-    results = []
-    for b in range(B):
-        best = max(finished[b], key=lambda item: item[0]) if finished[b] else (0.0, [])
-        results.append(_strip(best[1]))
-    return results
+    return [max(f, key=lambda item: item[0]) if f else (float("-inf"), []) for f in finished]
+
+
+def best_reachable(score: torch.Tensor, step: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """[n] upper bound on the normalised score of any finished descendant of beams with raw log-prob
+    `score` ([n], ≤ 0) after `step` tokens, for sentences allowed `limits` ([n]) tokens before EOS.
+
+    Extending a beam only lowers its log-probability, and it ends at a length L with
+    step + 1 ≤ L ≤ limit + 1. For alpha > 0 the penalty grows with L, so a negative score divided by
+    it is largest at the longest L; for alpha < 0 at the shortest; for alpha = 0 it is the score itself.
+    """
+    longest = length_penalty((limits + 1).float(), alpha)
+    shortest = length_penalty(torch.full_like(longest, step + 1.0), alpha)
+    return torch.maximum(score / longest, score / shortest)
 
 
 def _keep_best(finished: list, item: tuple[float, list[int]], k: int) -> None:

@@ -8,7 +8,8 @@ import torch
 
 from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD
-from mhatrain.decode import beam_search, greedy_search, length_penalty
+from mhatrain.decode import (beam_search, best_reachable, greedy_search, length_limits, length_penalty,
+                             scored_beam_search)
 from mhatrain.model import build_model
 
 VOCAB = 30
@@ -173,34 +174,77 @@ def test_beam_hypothesis_scores_at_least_as_well_as_greedy(seed):
     assert compared >= 1
 
 
-@pytest.mark.parametrize("alpha", [0.0, ALPHA])
-def test_exhaustive_beam_search_finds_the_best_hypothesis(alpha):
-    """A tiny vocabulary, a short length limit and as many beams as there are prefixes: nothing is
+def all_hypotheses(vocab: int, longest: int) -> list[list[int]]:
+    """Every token sequence of at most `longest` tokens from the words a search may emit."""
+    words = [t for t in range(vocab) if t not in (PAD, BOS, EOS)]
+    return [list(h) for n in range(longest + 1) for h in itertools.product(words, repeat=n)]
+
+
+@torch.no_grad()
+def brute_force_scores(model, src: torch.Tensor, hyps: list[list[int]], alpha: float) -> list[float]:
+    """log P(h + EOS | src) / lp(|h| + 1) of every hypothesis, each token charged the model's full
+    log-softmax, in one batch: [BOS, h..., EOS, EOS...]."""
+    longest = max(map(len, hyps))
+    memory, src_mask = model.encode(src)
+    tgt = torch.tensor([[BOS, *h, EOS] + [EOS] * (longest - len(h)) for h in hyps])
+    logits = model.decode(tgt[:, :-1], memory.expand(len(hyps), -1, -1), src_mask.expand(len(hyps), -1, -1, -1))
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(2, tgt[:, 1:, None])[..., 0]
+    return [float(logp[i, : len(h) + 1].sum()) / length_penalty(len(h) + 1, alpha) for i, h in enumerate(hyps)]
+
+
+VOCAB_SMALL = 8  # 4 special ids and 4 words (UNK counts as a word): short hypotheses can be enumerated
+
+
+@pytest.mark.parametrize(("alpha", "eos_shift"), [(0.0, 0.0), (ALPHA, 0.0), (ALPHA, -6.0)])
+def test_exhaustive_beam_search_finds_the_best_hypothesis_and_its_score(alpha, eos_shift):
+    """A tiny vocabulary, a short length limit and more beams than there are candidates: nothing is
     ever pruned, so beam search must return the hypothesis with the best length-normalised score
-    among every possible one (scored here by brute force)."""
-    vocab = 10
-    model, src = random_model(3, vocab=vocab), random_sources(3, lengths=[4], vocab=vocab)
+    among every possible one, and that score, both found here by brute force. With EOS made
+    unlikely (-6) the best hypothesis runs to the length limit, where the search forces EOS: it must
+    still be charged the model's log-probability of EOS. Were the forced EOS free, a hypothesis at
+    the limit would also beat the empty one, the true best, in the other two cases."""
+    model = random_model(3, vocab=VOCAB_SMALL)
+    shift_logit(model, EOS, eos_shift)
+    src = random_sources(3, lengths=[4], vocab=VOCAB_SMALL)
     cfg = DecodeConfig(beam=2, alpha=alpha, max_len_a=0.0, max_len_b=3)
-    # The longest hypothesis beam search can return under this limit (decode.py's convention).
-    no_eos = random_model(3, vocab=vocab)
-    shift_logit(no_eos, EOS, -30.0)
-    longest = len(beam_search(no_eos, src, cfg)[0])
-    assert 1 <= longest <= 3
-
-    words = [t for t in range(vocab) if t != EOS]
-    hyps = [list(h) for n in range(longest + 1) for h in itertools.product(words, repeat=n)]
-    best = beam_search(model, src, cfg, beam=len(words) ** longest)[0]
-
-    with torch.no_grad():  # score every hypothesis in one batch: [BOS, h..., EOS, EOS...]
-        memory, src_mask = model.encode(src)
-        tgt = torch.tensor([[BOS, *h, EOS] + [EOS] * (longest - len(h)) for h in hyps])
-        logits = model.decode(tgt[:, :-1], memory.expand(len(hyps), -1, -1),
-                              src_mask.expand(len(hyps), -1, -1, -1))
-        logp = torch.log_softmax(logits.float(), dim=-1).gather(2, tgt[:, 1:, None])[..., 0]
-    scores = [float(logp[i, : len(h) + 1].sum()) / length_penalty(len(h) + 1, alpha) for i, h in enumerate(hyps)]
+    limit = int(length_limits(src, cfg, model)[0])
+    hyps = all_hypotheses(VOCAB_SMALL, limit)
+    scores = brute_force_scores(model, src, hyps, alpha)
     top = max(range(len(hyps)), key=scores.__getitem__)
+
+    # EOS joins the finished hypotheses only from a sentence's K best candidates: K must exceed the
+    # number of candidates at any step, words + EOS after every prefix, for nothing to be pruned.
+    words = VOCAB_SMALL - 3
+    score, best = scored_beam_search(model, src, cfg, beam=(words + 1) ** limit)[0]
     assert best == hyps[top]
-    assert normalised_score(model, src, best, alpha) == pytest.approx(scores[top], abs=1e-5)
+    assert score == pytest.approx(scores[top], abs=1e-4)
+    if eos_shift:  # the case the forced EOS decides
+        assert len(best) == limit
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("alpha", [0.0, ALPHA, 1.0])
+@pytest.mark.parametrize("beam", [2, 4])
+def test_stopping_rule_is_a_bound(seed, alpha, beam):
+    """A sentence leaves the search only when no live beam can beat its best finished hypothesis,
+    so stopping early returns what running every sentence to its length limit returns."""
+    model, src = random_model(seed), random_sources(seed)
+    cfg = DecodeConfig(beam=beam, alpha=alpha, max_len_a=1.5, max_len_b=5)
+    early = scored_beam_search(model, src, cfg)
+    full = scored_beam_search(model, src, cfg, stop_early=False)
+    assert [ids for _, ids in early] == [ids for _, ids in full]
+    for (a, _), (b, _) in zip(early, full):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_best_reachable_score_bounds_every_finishing_length():
+    score = torch.tensor([-3.0, -0.5, -10.0])
+    limits = torch.tensor([6, 9, 4])
+    for alpha in (-0.5, 0.0, 0.6, 1.0):
+        bound = best_reachable(score, 2, limits, alpha)
+        for row in range(3):
+            reachable = [float(score[row]) / length_penalty(L, alpha) for L in range(3, int(limits[row]) + 2)]
+            assert float(bound[row]) == pytest.approx(max(reachable))
 
 
 # ----------------------------------------------------------------------------- known defects
