@@ -44,6 +44,7 @@ from .checkpoint import config_differences
 from .config import Config, apply_override, dump_config, load_config, validate
 from .distributed import read_launch
 from .errors import MhatrainError
+from .export import portable_text
 from .io import atomic_write_text, read_json
 from .provenance import code_version
 
@@ -242,7 +243,7 @@ def open_study(study_dir: Path, config: Config, config_path: Path, overrides: li
         heads = sorted(set(recorded.get("heads", [])) | set(heads))
         seeds = list(dict.fromkeys([*recorded.get("seeds", []), *seeds]))
     record = {
-        "heads": heads, "seeds": seeds, "config": str(Path(config_path).resolve()), "overrides": list(overrides),
+        "heads": heads, "seeds": seeds, "config": portable_text(str(Path(config_path).resolve()), Path.cwd()), "overrides": list(overrides),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
         # Every code version that has run this study: one entry if a single commit ran every point.

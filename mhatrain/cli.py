@@ -133,6 +133,31 @@ def report(
 
 
 @app.command()
+def curves(
+    paths: List[Path] = typer.Argument(..., help="Run directories, or one study directory (mean over seeds per h)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="PNG to write (default: DIR/curves.png for one "
+                                                            "directory, ./curves.png for several)."),
+):
+    """Learning curves: validation BLEU and perplexity and training loss against updates, best checkpoints marked."""
+    from .curves import draw_curves
+
+    draw_curves(paths, out, console)
+
+
+@app.command()
+def export(
+    study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
+    dest: Path = typer.Argument(..., help="Directory to copy the study's light files into (e.g. results/NAME)."),
+):
+    """Copy a study's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
+    from .export import export_study
+
+    count = export_study(study_dir, dest)
+    console.print(f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})",
+                  highlight=False)
+
+
+@app.command()
 def attention(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
     sentence: str = typer.Argument(..., help="Source sentence to translate and look at."),

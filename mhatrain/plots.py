@@ -214,3 +214,61 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
             ax.text(0.5, 0.5, "no finished runs yet", transform=ax.transAxes, ha="center", va="center", color="grey")
     fig.suptitle(title, fontsize=10)
     _save(fig, path, width, height)
+
+
+CURVE_PANELS = (("valid_bleu", "validation BLEU (greedy)", "linear"), ("valid_ppl", "validation perplexity", "log"),
+                ("train_loss", "training loss (label-smoothed; logged updates)", "linear"))
+CURVE_ZOOM = 4.0  # perplexity and loss axes end at this multiple of their lowest value: the plateau stays readable
+
+
+def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Path, title: str) -> None:
+    """Validation BLEU, validation perplexity and training loss against updates, one panel each.
+
+    groups: per h (from curves.group_by_heads) a mean line with a band over seeds; None draws one
+    line per run (curves: curves.Curve). A cross marks each run's best checkpoint.
+    """
+    width, height = 5.2 * len(CURVE_PANELS), 4.2
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, len(CURVE_PANELS), squeeze=False)[0]
+    cmap = matplotlib_colormap(len(groups) if groups is not None else len(curves))
+    for ax, (key, label, scale) in zip(axes, CURVE_PANELS):
+        if groups is not None:
+            for i, (h, group) in enumerate(groups.items()):
+                band = group[key]
+                n = len(group["seeds"])
+                ax.plot(band["steps"], band["mean"], color=cmap[i], label=f"h={h} ({n} seed{'s' if n > 1 else ''})")
+                if n > 1:
+                    ax.fill_between(band["steps"], band["low"], band["high"], color=cmap[i], alpha=0.2, linewidth=0)
+                if key != "train_loss":
+                    best = [b for b in group["best"] if b is not None]
+                    index = 1 if key == "valid_bleu" else 2
+                    ax.scatter([b[0] for b in best], [b[index] for b in best], marker="x", color=cmap[i], s=30)
+        else:
+            for i, curve in enumerate(curves):
+                steps = curve.train_steps if key == "train_loss" else curve.valid_steps
+                values = getattr(curve, key)
+                ax.plot(steps, values, color=cmap[i], label=curve.name)
+                best = curve.best()
+                if best is not None and key != "train_loss":
+                    ax.scatter([best[0]], [best[1] if key == "valid_bleu" else best[2]], marker="x", color=cmap[i], s=30)
+        ax.set_yscale(scale)
+        if key != "valid_bleu":
+            low = min((v for line in ax.get_lines() for v in line.get_ydata() if v is not None), default=None)
+            if low is not None and low > 0:
+                ax.set_ylim(top=min(ax.get_ylim()[1], CURVE_ZOOM * low) if key == "valid_ppl"
+                            else min(ax.get_ylim()[1], 2.0 * low))
+        ax.set_xlabel("update")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title + "  (× best checkpoint)", fontsize=10)
+    _save(fig, path, width, height)
+
+
+def matplotlib_colormap(n: int) -> list:
+    """n distinct colours (tab10, then a continuous map for more)."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    return [colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]

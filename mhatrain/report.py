@@ -28,10 +28,11 @@ from rich.table import Table
 
 from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
 from .errors import MhatrainError
+from .export import portable_text
 from .io import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from .significance import BOOTSTRAP_SAMPLES, seed_interval
 
 BASELINE_HEADS = 8
-BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for paired bootstrap resampling
 
 PAPER_SOURCE = ("Vaswani et al. 2017, \"Attention Is All You Need\", Table 3 rows (A): WMT14 English→German, "
                 "newstest2013 (dev), base model (N=6, d_model=512), beam 4, α=0.6; PPL per word-piece")
@@ -55,11 +56,12 @@ class RunRecord:
     name: str
     heads: int
     seed: int
-    run_dir: str
+    run_dir: str  # relative to the study directory
     status: str = "pending"  # pending | training | evaluating | done
     d_head: int | None = None
     parameters: int | None = None
-    updates: int | None = None
+    updates: int | None = None  # the update of the evaluated checkpoint (while training: the last validated)
+    trained_updates: int | None = None  # updates trained in all
     valid_ppl: float | None = None
     valid_bleu: float | None = None
     test_bleu: float | None = None
@@ -68,7 +70,7 @@ class RunRecord:
     tokens_per_s: float | None = None
     beam: int | None = None
     bleu_signature: str | None = None
-    test_hypotheses: str | None = None
+    test_hypotheses: str | None = None  # relative to the study directory
     notes: list[str] = field(default_factory=list)
 
 
@@ -84,7 +86,7 @@ def _read_yaml(path: Path) -> dict | None:
 
 
 def read_run(point: Point, run_dir: Path) -> RunRecord:
-    record = RunRecord(point.name, point.heads, point.seed, str(run_dir))
+    record = RunRecord(point.name, point.heads, point.seed, point.name)
     config = _read_yaml(run_dir / "config.yaml")
     if config is None:
         record.status = "training" if run_dir.is_dir() and any(run_dir.iterdir()) else "pending"
@@ -102,7 +104,8 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
         record.status = "training" if started else "pending"
         record.updates = valid_records[-1]["step"] if valid_records else None
         return record
-    record.parameters, record.updates = summary.get("parameters"), summary.get("updates")
+    record.parameters, record.trained_updates = summary.get("parameters"), summary.get("updates")
+    record.updates = summary.get("best_step")  # eval scores best.pt
     record.train_seconds, record.tokens_per_s = summary.get("train_seconds"), summary.get("tokens_per_s")
     at_best = [r for r in valid_records if r.get("step") == summary.get("best_step")]
     if at_best:  # the checkpoint that eval scores is best.pt
@@ -116,8 +119,10 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
         record.bleu_signature = test.get("bleu_signature")
         if record.parameters is None:
             record.parameters = test.get("parameters")
-        hyps = run_dir / "eval" / f"test.beam{record.beam}.hyp.txt"
-        record.test_hypotheses = str(hyps) if hyps.is_file() else None
+        if test.get("update") is not None:
+            record.updates = test["update"]
+        hyps = Path("eval") / f"test.beam{record.beam}.hyp.txt"
+        record.test_hypotheses = f"{point.name}/{hyps.as_posix()}" if (run_dir / hyps).is_file() else None
     record.status = "done" if valid is not None and test is not None else "evaluating"
     return record
 
@@ -138,8 +143,8 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     runs = [read_run(p, study_dir / p.name) for p in ordered]
     base = _read_yaml(study_dir / BASE_CONFIG) or {}
     grid = {"heads": sorted({p.heads for p in points}), "seeds": seeds_order,
-            "d_model": (base.get("model") or {}).get("d_model"), "config": recorded.get("config"),
-            "overrides": recorded.get("overrides", [])}
+            "d_model": (base.get("model") or {}).get("d_model"), "config": portable_text(recorded["config"], Path.cwd()) if recorded.get("config") else None,
+            "overrides": recorded.get("overrides", []), "code": recorded.get("code") or []}
     if grid["d_model"] is None:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
@@ -162,76 +167,108 @@ def describe(values: dict[int, float]) -> dict:
     }
 
 
-def paired_bootstrap(baseline: list[str], systems: dict[str, list[str]], references: list[str],
-                     n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[dict[str, dict], str]:
-    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of each system's BLEU against the baseline.
-
-    Returns per system: its BLEU, the p-value of its difference to the baseline, and sacreBLEU's
-    95% interval of its BLEU over the resamples (mean ± half-width); and the test's signature.
-    """
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    if not systems:
-        return {}, ""
-    named = [("baseline", baseline), *systems.items()]
-    signatures, scores = PairedTest(named, {"BLEU": BLEU()}, [references], test_type="bs", n_samples=n_samples)()
-    (key,) = [k for k in scores if k != "System"]
-    base = scores[key][0]
-    out = {}
-    for (name, hyps), result in zip(systems.items(), scores[key][1:]):
-        p_value = result.p_value
-        if hyps == baseline:
-            # sacreBLEU counts only resampled differences strictly larger than the observed one, so two
-            # identical outputs would get p = 1/(n+1). Nothing differs at all: no evidence, p = 1.
-            p_value = 1.0
-        out[name] = {
-            "bleu": round(result.score, 2), "p_value": round(p_value, 4),
-            "ci95": [round(result.mean - result.ci, 2), round(result.mean + result.ci, 2)],
-            "baseline_bleu": round(base.score, 2),
-            "baseline_ci95": [round(base.mean - base.ci, 2), round(base.mean + base.ci, 2)],
-            "difference": round(result.score - base.score, 2),
-        }
-    return out, str(signatures[key])
-
-
-def _test_references(runs: list[RunRecord]) -> tuple[list[str] | None, str]:
+def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] | None, str]:
     from .config import load_config
     from .data import load_split
     from .runner import split_name
 
     source = next((r for r in runs if r.status == "done" and r.heads == BASELINE_HEADS), None)
     try:
-        config = load_config(Path(source.run_dir) / "config.yaml", check_paths=False)
+        config = load_config(study_dir / source.run_dir / "config.yaml", check_paths=False)
         corpus = load_split(config.data, split_name(config, "test"))
     except MhatrainError as exc:
         return None, f"test references unavailable ({exc}): significance tests skipped"
     return corpus.tgt, ""
 
 
-def significance(runs: list[RunRecord], n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[list[dict], str, list[str]]:
-    """Each finished h against the finished h=8 run of the same seed, on the test set."""
+SIGNIFICANCE_METHOD = {
+    "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
+                "covers test-sentence noise only; Holm–Bonferroni over the h of each seed",
+    "seed_averaged": "paired bootstrap over test sentences of the seed-averaged BLEU difference (the same resampled "
+                     "test sets for every seed), two-sided and centred; covers the test-sentence noise of the "
+                     "average, not the variance between seeds",
+    "seed_t_test": "paired t-test over the per-seed differences (seed s of h against seed s of h=8), two-sided, "
+                   "df = seeds − 1; covers the variance between seeds, not test-sentence noise",
+    "correction": "Holm–Bonferroni over the comparisons against h=8 (raw and adjusted p reported)",
+    "verdict": "'better' or 'worse' only where the Holm-adjusted p of the seed-averaged bootstrap is < 0.05 and "
+               "the mean difference exceeds the seed spread (the larger standard deviation over seeds of the two "
+               "h); otherwise 'no detectable difference' (always so with one seed: its spread is unknown)",
+}
+
+
+def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[dict, list[str]]:
+    """Test each h against h=8 on the test set: per seed, over seeds (bootstrap of the seed average and
+    paired t-test of the per-seed differences), Holm-adjusted; and the wording the numbers allow."""
+    from . import significance as S
+
+    result = {"method": SIGNIFICANCE_METHOD, "samples": n_samples, "bootstrap_seed": S.BOOTSTRAP_SEED,
+              "per_seed": [], "seed_level": []}
     done = {(r.heads, r.seed): r for r in runs if r.status == "done" and r.test_hypotheses}
-    baselines = {seed: r for (h, seed), r in done.items() if h == BASELINE_HEADS}
-    if not baselines or len(done) == len(baselines):
-        return [], "", []
-    references, problem = _test_references(runs)
+    if not any(h == BASELINE_HEADS for h, _ in done) or all(h == BASELINE_HEADS for h, _ in done):
+        return result, []
+    references, problem = _test_references(study_dir, runs)
     if references is None:
-        return [], "", [problem]
-    tests, signature, notes = [], "", []
-    for seed, base in baselines.items():
-        base_hyps = _lines(base.test_hypotheses)
-        systems = {r.name: _lines(r.test_hypotheses) for (h, s), r in sorted(done.items())
-                   if s == seed and h != BASELINE_HEADS}
-        sizes = {len(base_hyps), len(references), *map(len, systems.values())}
-        if len(sizes) != 1:
-            notes.append(f"seed {seed}: hypotheses and references differ in length: significance tests skipped")
+        return result, [problem]
+    stats, notes = {}, []
+    for key, run in done.items():
+        hyps = _lines(study_dir / run.test_hypotheses)
+        if len(hyps) != len(references):
+            notes.append(f"{run.name}: {len(hyps)} test hypotheses for {len(references)} references: left out of "
+                         f"the significance tests")
             continue
-        results, signature = paired_bootstrap(base_hyps, systems, references, n_samples)
-        for name, result in results.items():
-            run = next(r for r in runs if r.name == name)
-            tests.append({"heads": run.heads, "seed": seed, "run": name, "baseline": base.name, **result})
-    return tests, signature, notes
+        stats[key] = S.sentence_statistics(hyps, references)
+    indices = S.resample_indices(len(references), n_samples)
+    baseline_seeds = sorted(seed for h, seed in stats if h == BASELINE_HEADS)
+    others = sorted({h for h, _ in stats if h != BASELINE_HEADS})
+
+    for seed in baseline_seeds:  # one family per seed
+        tests = []
+        for h in others:
+            if (h, seed) in stats:
+                test = S.paired_bootstrap([stats[h, seed]], [stats[BASELINE_HEADS, seed]], indices)
+                tests.append({"heads": h, "seed": seed, "run": done[h, seed].name,
+                              "baseline": done[BASELINE_HEADS, seed].name,
+                              "bleu": done[h, seed].test_bleu, "baseline_bleu": done[BASELINE_HEADS, seed].test_bleu,
+                              "difference": round(test.difference, 2), "difference_ci95": list(test.interval),
+                              "p_value": round(test.p_value, 4)})
+        for test, adjusted in zip(tests, S.holm([t["p_value"] for t in tests])):
+            test["p_holm"] = round(adjusted, 4)
+        result["per_seed"] += tests
+
+    levels = []
+    for h in others:
+        seeds = [seed for seed in baseline_seeds if (h, seed) in stats]
+        if not seeds:
+            continue
+        boot = S.paired_bootstrap([stats[h, s] for s in seeds], [stats[BASELINE_HEADS, s] for s in seeds], indices)
+        t_test = S.paired_t_test([done[h, s].test_bleu - done[BASELINE_HEADS, s].test_bleu for s in seeds])
+        levels.append({"heads": h, "seeds": seeds, "mean_difference": round(boot.difference, 2),
+                       "bootstrap_p": round(boot.p_value, 4), "bootstrap_ci95": list(boot.interval),
+                       "t_test_p": None if t_test.p_value is None else round(t_test.p_value, 4),
+                       "std_of_differences": t_test.std_difference})
+    for name in ("bootstrap_p", "t_test_p"):
+        for level, adjusted in zip(levels, S.holm([level[name] for level in levels])):
+            level[name.replace("_p", "_p_holm")] = None if adjusted is None else round(adjusted, 4)
+    for level in levels:
+        level["seed_spread"], level["verdict"] = _verdict(level, runs)
+    result["seed_level"] = levels
+    return result, notes
+
+
+def _verdict(level: dict, runs: list[RunRecord]) -> tuple[float | None, str]:
+    """(seed spread, wording): see SIGNIFICANCE_METHOD["verdict"]."""
+    def spread(h: int) -> float | None:
+        values = [r.test_bleu for r in runs if r.heads == h and r.seed in level["seeds"] and r.test_bleu is not None]
+        return statistics.stdev(values) if len(values) >= 2 else None
+
+    spreads = [spread(level["heads"]), spread(BASELINE_HEADS)]
+    if None in spreads:
+        return None, "no detectable difference"
+    seed_spread = round(max(spreads), 4)
+    difference = level["mean_difference"]
+    if level["bootstrap_p_holm"] < 0.05 and abs(difference) > seed_spread:
+        return seed_spread, "better" if difference > 0 else "worse"
+    return seed_spread, "no detectable difference"
 
 
 def _lines(path: str) -> list[str]:
@@ -242,8 +279,9 @@ def _lines(path: str) -> list[str]:
 
 
 def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    study_dir = Path(study_dir)
     grid, runs = gather(study_dir)
-    tests, signature, notes = significance(runs, n_samples)
+    tests, notes = significance(study_dir, runs, n_samples)
     baseline_done = [r for r in runs if r.heads == BASELINE_HEADS and r.status == "done"]
     if not baseline_done:
         notes.append(f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
@@ -255,25 +293,28 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     parameters = {r.parameters for r in runs if r.parameters is not None}
     if len(parameters) > 1:
         notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
+    code = grid.get("code") or []
+    if len(code) > 1:
+        notes.append(f"{len(code)} code versions ran this study (study.yaml): " + ", ".join(
+            f"{c.get('commit') or c.get('version')}{' (dirty)' if c.get('dirty') else ''}" for c in code))
     signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
     return {
-        "study_dir": str(study_dir), "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "study_dir": study_dir.name, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "grid": grid, "baseline_heads": BASELINE_HEADS,
         "runs_done": sum(r.status == "done" for r in runs), "runs_total": len(runs),
         "runs": [asdict(r) for r in runs], "by_heads": by_heads,
-        "significance": {"method": "paired bootstrap resampling (sacreBLEU, Koehn 2004), test BLEU, each h against "
-                                   f"h={BASELINE_HEADS} of the same seed", "samples": n_samples,
-                         "signature": signature, "tests": tests},
+        "significance": tests,
         "claims": _claims(by_heads, tests),
         "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
         "bleu_signatures": signatures, "notes": notes,
     }
 
 
-def _heads_row(h: int, runs: list[RunRecord], tests: list[dict], d_model: int | None) -> dict:
+def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) -> dict:
     done = [r for r in runs if r.status == "done"]
     parameters = sorted({r.parameters for r in runs if r.parameters is not None})
     paper = PAPER_TABLE_3A.get(h)
+    test_bleu = [r.test_bleu for r in done if r.test_bleu is not None]
     row = {
         "heads": h, "d_head": d_model // h if d_model else None,
         "parameters": parameters[0] if len(parameters) == 1 else (parameters or None),
@@ -281,7 +322,9 @@ def _heads_row(h: int, runs: list[RunRecord], tests: list[dict], d_model: int | 
         "pending": [f"{r.name} ({r.status}{f', update {r.updates}' if r.status == 'training' and r.updates else ''})"
                     for r in runs if r.status != "done"],
         **{metric: describe({r.seed: getattr(r, metric) for r in done}) for metric in METRICS},
-        "significance": [t for t in tests if t["heads"] == h],
+        "test_bleu_seed_ci95": seed_interval(test_bleu),
+        "per_seed_tests": [t for t in tests["per_seed"] if t["heads"] == h],
+        "seed_test": next((t for t in tests["seed_level"] if t["heads"] == h), None),
         "paper": None,
     }
     if paper is not None:
@@ -301,20 +344,58 @@ def _differences(row: dict, base_row: dict | None) -> dict | None:
     return out
 
 
-def _claims(by_heads: list[dict], tests: list[dict]) -> dict:
+def _claims(by_heads: list[dict], tests: dict) -> dict:
     rows = {row["heads"]: row for row in by_heads}
     ours = None
     if 1 in rows and rows[1]["diff_to_h8"] is not None:
         diff = rows[1]["diff_to_h8"]
         ours = {"test_bleu": -diff["test_bleu"] if diff["test_bleu"] is not None else None,
                 "valid_bleu": -diff["valid_bleu"] if diff["valid_bleu"] is not None else None,
-                "p_values": [t["p_value"] for t in tests if t["heads"] == 1]}
+                "seed_test": rows[1]["seed_test"]}
     return {
         "article": ARTICLE_CLAIM,
         "paper": {"h8_minus_h1_bleu": round(PAPER_TABLE_3A[8]["bleu"] - PAPER_TABLE_3A[1]["bleu"], 2),
                   "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)"},
         "ours": ours,  # h=8 minus h=1, mean over seeds; None until both have a finished run
+        "conclusion": conclusion(by_heads),
     }
+
+
+def conclusion(by_heads: list[dict]) -> str:
+    """One plain sentence that says only what the tests support (see SIGNIFICANCE_METHOD["verdict"])."""
+    tested = [row for row in by_heads if row["seed_test"] is not None]
+    if not tested:
+        return f"Nothing tested yet: it needs finished h={BASELINE_HEADS} runs and runs of another h."
+    seeds = sorted({len(row["seed_test"]["seeds"]) for row in tested})
+    seed_text = f"{'/'.join(map(str, seeds))} seed{'s' if seeds != [1] else ''} per h"
+    parts = []
+    for verdict in ("better", "worse"):
+        hs = [row for row in tested if row["seed_test"]["verdict"] == verdict]
+        if hs:
+            parts.append(f"{_heads_list(hs)} "
+                         f"{'is' if len(hs) == 1 else 'are'} {verdict} than h={BASELINE_HEADS} "
+                         f"({_join(_effect(row) for row in hs)})")
+    same = [row for row in tested if row["seed_test"]["verdict"] == "no detectable difference"]
+    if same:
+        parts.append(f"no detectable difference from h={BASELINE_HEADS} for "
+                     f"{_heads_list(same)}")
+    text = "; ".join(parts)
+    return (f"Test BLEU against h={BASELINE_HEADS} ({seed_text}, Holm-adjusted two-sided p, difference beyond "
+            f"the seed spread): {text}.")
+
+
+def _heads_list(rows: list[dict]) -> str:
+    return _join(f"h={row['heads']}" for row in rows)
+
+
+def _effect(row: dict) -> str:
+    test = row["seed_test"]
+    return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU, adjusted p = {test['bootstrap_p_holm']:.3f}"
+
+
+def _join(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -340,35 +421,41 @@ def _signed(value, digits: int = 2) -> str:
     return "—" if value is None else f"{value:+.{digits}f}"
 
 
-def _p_values(row: dict) -> str:
-    return ", ".join(f"{t['p_value']:.3f}" for t in row["significance"]) or "—"
+def _p(value) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
-def _row_cells(row: dict, baseline: bool) -> list[str]:
+def _row_cells(row: dict, short: bool = False) -> list[str]:
     paper = row["paper"] or {}
     runs = f"{row['runs_done']}/{row['runs']}"
     if not row["runs_done"]:
-        ours = ["pending"] * 4
+        ours = ["pending"] * 5
     else:
-        ours = [_stat(row["valid_ppl"]), _stat(row["valid_bleu"]), _stat(row["test_bleu"]), _stat(row["test_chrf"])]
+        ours = [_stat(row["valid_ppl"]), _stat(row["valid_bleu"]), _stat(row["test_bleu"]),
+                _interval(row["test_bleu_seed_ci95"]), _stat(row["test_chrf"])]
     diff = row["diff_to_h8"]
     is_base = row["heads"] == BASELINE_HEADS
-    return [
+    test = row["seed_test"] or {}
+    cells = [
         str(row["heads"]), _num(row["d_head"]), _num(row["parameters"]) if not isinstance(row["parameters"], list)
         else "varies", runs, *ours,
         ("baseline" if is_base and diff is not None else _signed(diff["test_bleu"]) if diff else "—"),
-        ("—" if is_base or not baseline else _p_values(row)),
+        _p(test.get("bootstrap_p")), _p(test.get("bootstrap_p_holm")), _p(test.get("t_test_p")),
+        _p(test.get("t_test_p_holm")), "—" if is_base else test.get("verdict", "—"),
         _num(paper.get("ppl")), _num(paper.get("bleu"), 1),
         ("—" if not paper else "baseline" if is_base else _signed(paper["bleu_diff_to_h8"], 1)),
         _num(row["train_seconds"]["mean"], 0), _num(row["tokens_per_s"]["mean"], 0),
     ]
+    return cells
 
 
-SHORT_HEADERS = ["h", "d_k", "params", "runs", "val PPL", "val BLEU", "test BLEU", "test chrF", "Δ test BLEU",
-                 "p vs h=8", "paper PPL", "paper BLEU", "paper Δ", "train s", "tok/s"]
-HEADERS = ["h", "d_k", "parameters", "runs", "valid PPL", "valid BLEU", "test BLEU", "test chrF",
-           "Δ test BLEU vs h=8", "p vs h=8 (per seed)", "paper PPL (dev)", "paper BLEU (dev)", "paper Δ BLEU vs h=8",
-           "train s", "tokens/s"]
+SHORT_HEADERS = ["h", "d_k", "params", "runs", "val PPL", "val BLEU", "test BLEU", "95% (seeds)", "test chrF",
+                 "Δ BLEU", "p", "p Holm", "p t", "p t Holm", "verdict", "paper PPL", "paper BLEU", "paper Δ",
+                 "train s", "tok/s"]
+HEADERS = ["h", "d_k", "parameters", "runs", "valid PPL", "valid BLEU", "test BLEU", "95% interval over seeds",
+           "test chrF", "Δ test BLEU vs h=8", "p (bootstrap, seed average)", "p Holm", "p (t-test over seeds)",
+           "p Holm (t)", "verdict", "paper PPL (dev)", "paper BLEU (dev)", "paper Δ BLEU vs h=8", "train s",
+           "tokens/s"]
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -383,8 +470,17 @@ def _status_line(report: dict) -> str:
     return line + (f"; not finished: {', '.join(pending)}" if pending else "")
 
 
+def _code_line(grid: dict) -> str:
+    code = grid.get("code") or []
+    if not code:
+        return "Code: not recorded (a study made before mhatrain recorded its commit)."
+    names = [f"`{c.get('commit') or 'unknown commit'}`{' (with uncommitted changes)' if c.get('dirty') else ''} "
+             f"(mhatrain {c.get('version')})" for c in code]
+    return ("Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: ") \
+        + ", ".join(names) + "."
+
+
 def to_markdown(report: dict) -> str:
-    have_base = any(r["heads"] == BASELINE_HEADS and r["runs_done"] for r in report["by_heads"])
     grid = report["grid"]
     constant = {row["parameters"] for row in report["by_heads"] if isinstance(row["parameters"], int)}
     out = [f"# Head-count study: {report['study_dir']}", "",
@@ -395,34 +491,48 @@ def to_markdown(report: dict) -> str:
                    f"d_k = d_v = d_model / h, so parameters stay constant"
                    + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else "."))
         out.append("")
+    out += [_code_line(grid), ""]
+    out += ["## Conclusion", "", report["claims"]["conclusion"], ""]
     out += ["## By number of heads (mean ± std over seeds)", "",
-            _md_table(HEADERS, [_row_cells(row, have_base) for row in report["by_heads"]]), "",
-            "PPL: validation perplexity per subword token at the best checkpoint (the paper's is per word-piece on "
-            "WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best checkpoint, beam search "
-            "as in decode.beam / decode.alpha. The paper's numbers are on another data set and model size: compare "
-            "the shape of the curve and the differences to h=8, not the levels.", ""]
+            _md_table(HEADERS, [_row_cells(row) for row in report["by_heads"]]), "",
+            "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
+            "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
+            "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
+            "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
+            "numbers are on another data set and model size: compare the shape of the curve and the differences "
+            "to h=8, not the levels.", ""]
     out += ["## Each run", "", _md_table(
-        ["run", "h", "seed", "status", "parameters", "updates", "valid PPL", "valid BLEU", "test BLEU", "test chrF",
-         "train s", "tokens/s"],
+        ["run", "h", "seed", "status", "parameters", "evaluated update", "trained updates", "valid PPL",
+         "valid BLEU", "test BLEU", "test chrF", "train s", "tokens/s"],
         [[r["name"], str(r["heads"]), str(r["seed"]), r["status"], _num(r["parameters"]), _num(r["updates"]),
-          _num(r["valid_ppl"], 3), _num(r["valid_bleu"]), _num(r["test_bleu"]), _num(r["test_chrf"]),
-          _num(r["train_seconds"], 1), _num(r["tokens_per_s"], 0)] for r in report["runs"]]), ""]
+          _num(r.get("trained_updates")), _num(r["valid_ppl"], 3), _num(r["valid_bleu"]), _num(r["test_bleu"]),
+          _num(r["test_chrf"]), _num(r["train_seconds"], 1), _num(r["tokens_per_s"], 0)] for r in report["runs"]]),
+            ""]
     sig = report["significance"]
-    out += [f"## Paired bootstrap resampling against h={BASELINE_HEADS} (test set)", ""]
-    if sig["tests"]:
-        out += [_md_table(["h", "seed", "test BLEU", "95% interval", f"h={BASELINE_HEADS} BLEU", "95% interval",
-                           "Δ BLEU", "p"],
-                          [[str(t["heads"]), str(t["seed"]), _num(t["bleu"]), _interval(t["ci95"]),
-                            _num(t["baseline_bleu"]), _interval(t["baseline_ci95"]), _signed(t["difference"]),
-                            f"{t['p_value']:.4f}"] for t in sig["tests"]]), "",
-                f"{sig['method']}; {sig['samples']} resamples. The interval is sacreBLEU's 95% interval of each "
-                f"system's BLEU over the resamples; p is the chance of a difference this large if the two systems "
-                f"were equally good (p < 0.05: significant). Signature: `{sig['signature']}`", ""]
+    out += [f"## Significance against h={BASELINE_HEADS} (test set)", ""]
+    if sig["seed_level"]:
+        out += ["Over seeds:", "", _md_table(
+            ["h", "seeds", "Δ BLEU (seed mean)", "95% bootstrap interval of Δ", "p bootstrap", "p Holm",
+             "sd of per-seed Δ", "p t-test", "p Holm (t)", "seed spread", "verdict"],
+            [[str(t["heads"]), ",".join(map(str, t["seeds"])), _signed(t["mean_difference"]),
+              _interval(t["bootstrap_ci95"]), _p(t["bootstrap_p"]), _p(t["bootstrap_p_holm"]),
+              _num(t["std_of_differences"]), _p(t["t_test_p"]), _p(t["t_test_p_holm"]), _num(t["seed_spread"]),
+              t["verdict"]] for t in sig["seed_level"]]), ""]
+        out += ["Each seed against h=8 of the same seed:", "", _md_table(
+            ["h", "seed", "test BLEU", f"h={BASELINE_HEADS} BLEU", "Δ BLEU", "95% bootstrap interval of Δ", "p",
+             "p Holm (within the seed)"],
+            [[str(t["heads"]), str(t["seed"]), _num(t["bleu"]), _num(t["baseline_bleu"]), _signed(t["difference"]),
+              _interval(t["difference_ci95"]), _p(t["p_value"]), _p(t["p_holm"])] for t in sig["per_seed"]]), ""]
+        out += [f"Methods ({sig['samples']} resamples of the test sentences, numpy seed {sig['bootstrap_seed']}):", ""]
+        out += [f"- {name.replace('_', ' ')}: {text}" for name, text in sig["method"].items()] + [""]
     else:
-        out += ["No test yet: it needs a finished h=8 run and another finished run of the same seed.", ""]
+        out += [f"No test yet: it needs a finished h={BASELINE_HEADS} run and a finished run of another h of the "
+                f"same seed.", ""]
     claims = report["claims"]
     ours = claims["ours"]
-    p_text = f" (p = {', '.join(f'{p:.3f}' for p in ours['p_values'])})" if ours and ours["p_values"] else ""
+    test = (ours or {}).get("seed_test") or {}
+    p_text = (f" (p = {test['bootstrap_p']:.3f}, Holm-adjusted {test['bootstrap_p_holm']:.3f}; {test['verdict']})"
+              if test else "")
     out += ["## Beside the paper and the explainer article", "",
             _md_table(["source", "what", "h=8 − h=1 BLEU"], [
                 ["explainer article", f"claim: \"{claims['article']['text']}\"",
@@ -446,29 +556,33 @@ def _interval(ci: list[float] | None) -> str:
 
 def to_csv(report: dict) -> tuple[str, str]:
     """(one row per h, one row per run)."""
-    p_by_run = {t["run"]: t for t in report["significance"]["tests"]}
+    per_seed = {t["run"]: t for t in report["significance"]["per_seed"]}
     per_h = io.StringIO()
     writer = csv.writer(per_h, lineterminator="\n")
     stats = [(m, s) for m in METRICS for s in ("mean", "std")]
+    seed_columns = ["bootstrap_p", "bootstrap_p_holm", "t_test_p", "t_test_p_holm", "seed_spread", "verdict"]
     writer.writerow(["heads", "d_k", "parameters", "runs_done", "runs", *[f"{m}_{s}" for m, s in stats],
-                     "test_bleu_diff_to_h8", "valid_bleu_diff_to_h8", "valid_ppl_diff_to_h8", "p_values_vs_h8",
+                     "test_bleu_seed_ci95_low", "test_bleu_seed_ci95_high",
+                     "test_bleu_diff_to_h8", "valid_bleu_diff_to_h8", "valid_ppl_diff_to_h8", *seed_columns,
                      "paper_ppl", "paper_bleu", "paper_bleu_diff_to_h8"])
     for row in report["by_heads"]:
-        diff, paper = row["diff_to_h8"] or {}, row["paper"] or {}
+        diff, paper, test = row["diff_to_h8"] or {}, row["paper"] or {}, row["seed_test"] or {}
         parameters = row["parameters"] if not isinstance(row["parameters"], list) else ""
+        interval = row["test_bleu_seed_ci95"] or ["", ""]
         writer.writerow([row["heads"], row["d_head"], parameters, row["runs_done"], row["runs"],
-                         *[_blank(row[m][s]) for m, s in stats],
+                         *[_blank(row[m][s]) for m, s in stats], *interval,
                          _blank(diff.get("test_bleu")), _blank(diff.get("valid_bleu")), _blank(diff.get("valid_ppl")),
-                         " ".join(str(t["p_value"]) for t in row["significance"]),
+                         *[_blank(test.get(c)) for c in seed_columns],
                          _blank(paper.get("ppl")), _blank(paper.get("bleu")), _blank(paper.get("bleu_diff_to_h8"))])
     per_run = io.StringIO()
     writer = csv.writer(per_run, lineterminator="\n")
-    columns = ["name", "heads", "seed", "status", "d_head", "parameters", "updates", *METRICS]
-    writer.writerow([*columns, "p_value_vs_h8", "ci95_low", "ci95_high"])
+    columns = ["name", "heads", "seed", "status", "d_head", "parameters", "updates", "trained_updates", *METRICS]
+    writer.writerow([*columns, "p_value_vs_h8", "p_holm_vs_h8", "diff_ci95_low", "diff_ci95_high"])
     for run in report["runs"]:
-        test = p_by_run.get(run["name"], {})
-        ci = test.get("ci95") or ["", ""]
-        writer.writerow([_blank(run[c]) for c in columns] + [_blank(test.get("p_value")), ci[0], ci[1]])
+        test = per_seed.get(run["name"], {})
+        ci = test.get("difference_ci95") or ["", ""]
+        writer.writerow([_blank(run.get(c)) for c in columns]
+                        + [_blank(test.get("p_value")), _blank(test.get("p_holm")), ci[0], ci[1]])
     return per_h.getvalue(), per_run.getvalue()
 
 
@@ -477,27 +591,27 @@ def _blank(value):
 
 
 def show(report: dict, console: Console) -> None:
-    have_base = any(r["heads"] == BASELINE_HEADS and r["runs_done"] for r in report["by_heads"])
     table = Table(title=f"Head-count study {report['study_dir']} — {_status_line(report)}", title_justify="left")
     for header in SHORT_HEADERS:
         table.add_column(header, justify="left" if header == "h" else "right", no_wrap=True)
     for row in report["by_heads"]:
-        table.add_row(*_row_cells(row, have_base), style="bold" if row["heads"] == BASELINE_HEADS else None)
+        table.add_row(*_row_cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
     if console.is_terminal:
         console.print(table)
     else:  # a log file or a pipe has no width to respect: never cut the numbers
         wide = Console(file=io.StringIO(), width=250, color_system=None)
         wide.print(table)
         console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
-    console.print("Δ: difference of the mean to h=8; p: paired bootstrap against h=8 on the test set, per seed; "
-                  "paper: Table 3 (A), newstest2013 dev (another data set and model size: compare shapes).",
-                  highlight=False)
+    console.print("Δ: difference of the mean to h=8; p: two-sided paired bootstrap of the seed-averaged test BLEU "
+                  "against h=8; p t: paired t-test over seeds; Holm: adjusted over the h compared; paper: Table 3 (A), "
+                  "newstest2013 dev (another data set and model size: compare shapes).", highlight=False)
     claims = report["claims"]
     ours = claims["ours"]
     ours_text = (f"ours {_signed(ours['test_bleu'])} test BLEU, {_signed(ours['valid_bleu'])} validation BLEU"
                  if ours else "ours: needs finished h=1 and h=8 runs")
     console.print(f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
                   f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}", highlight=False)
+    console.print(claims["conclusion"], highlight=False)
     for note in report["notes"]:
         console.print(f"note: {note}", highlight=False)
 
@@ -533,7 +647,22 @@ def write(report: dict, study_dir: Path) -> list[Path]:
     atomic_write_text(paths[2], per_run)
     atomic_write_json(paths[3], report)
     plot(report, paths[4])
-    return paths
+    curves = _study_curves(study_dir)
+    return paths + ([curves] if curves else [])
+
+
+def _study_curves(study_dir: Path) -> Path | None:
+    """curves.png of the study (mean over seeds per h), once any run has validated."""
+    from .curves import group_by_heads, read_curve, study_runs
+    from .plots import learning_curves_plot
+
+    curves = [c for c in (read_curve(d) for d in study_runs(study_dir)) if c.valid_steps]
+    if not curves:
+        return None
+    path = study_dir / "curves.png"
+    learning_curves_plot(group_by_heads(curves), curves, path,
+                         f"Learning curves: {study_dir.name}, mean over seeds per h")
+    return path
 
 
 def report_study(study_dir: Path, console: Console, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
