@@ -42,11 +42,12 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from .checkpoint import config_differences
 from .config import Config, apply_override, dump_config, load_config, validate
-from .distributed import read_launch
+from .distributed import read_launch, resolve_device
 from .errors import MhatrainError
 from .export import portable_text
 from .io import atomic_write_text, read_json
 from .provenance import code_version
+from .runtime import slow_bf16_warning
 
 STUDY_FILE = "study.yaml"
 BASE_CONFIG = "base-config.yaml"
@@ -494,6 +495,9 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
             _print_commands(study, extras, console)
             return None
         _show_plan(study, config, console)
+        if not devices and (warning := slow_bf16_warning(resolve_device(config.train.device),
+                                                         config.train.precision)) is not None:
+            console.print(warning, highlight=False)
         todo = [p for p in study.points if study.state(p) != "done"]
         done_before = len(study.points) - len(todo)
         if done_before:

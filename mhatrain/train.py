@@ -36,6 +36,7 @@ from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
+from .runtime import slow_bf16_warning
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -268,6 +269,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
+    if (warning := slow_bf16_warning(device, t.precision)) is not None:
+        log(warning)
     if procs.launched:
         log(f"processes: {procs.world} ({procs.backend}), each on its own share of every update's batches; "
             f"rank 0 validates and writes the checkpoints")

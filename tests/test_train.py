@@ -256,3 +256,21 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
     (expected_grad,) = torch.autograd.grad(expected, logits)
     torch.testing.assert_close(grad, expected_grad)
     assert not nll.requires_grad
+
+
+def test_slow_bf16_warning_follows_the_measured_speeds(monkeypatch):
+    from mhatrain import runtime
+
+    speeds = {torch.float32: 1.0, torch.bfloat16: 50.0}  # seconds per probe matmul
+    monkeypatch.setattr(runtime, "_matmul_seconds", lambda dtype, repeats=3: speeds[dtype])
+    warning = runtime.slow_bf16_warning(torch.device("cpu"), "bf16")
+    assert warning is not None and "50× slower than fp32" in warning and "train.precision=fp32" in warning
+    assert runtime.slow_bf16_warning(torch.device("cpu"), "fp32") is None
+    speeds[torch.bfloat16] = 0.5  # a CPU with native bf16
+    assert runtime.slow_bf16_warning(torch.device("cpu"), "bf16") is None
+
+
+def test_bf16_probe_measures_real_matmuls():
+    from mhatrain import runtime
+
+    assert 0 < runtime._matmul_seconds(torch.float32, repeats=1) < 60
