@@ -181,9 +181,16 @@ def heads(
     beam: int = typer.Option(1, "--beam", min=1, help="Beam size for BLEU (1 = greedy, fastest)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    roles: bool = typer.Option(False, "--roles", help="Instead: what each head does over the sentences (entropy, "
+                                                     "confidence, neighbour/sink/diagonal weight) and its class."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
-    """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves."""
+    """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
+    if roles:
+        from .head_roles import analyse_roles
+
+        analyse_roles(run_dir, split, max_sentences, out, checkpoint, set_ or [], console)
+        return
     from .heads import analyse_heads
 
     analyse_heads(run_dir, split, metric, max_sentences, beam, out, checkpoint, set_ or [], console)

@@ -287,6 +287,8 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         notes.append(f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
                      f"need one" + ("" if BASELINE_HEADS in grid["heads"] else f" (add {BASELINE_HEADS} to --heads)"))
     by_heads = [_heads_row(h, [r for r in runs if r.heads == h], tests, grid["d_model"]) for h in grid["heads"]]
+    for row in by_heads:
+        row["head_analysis"] = head_analysis(study_dir, [r for r in runs if r.heads == row["heads"]])
     base_row = next((row for row in by_heads if row["heads"] == BASELINE_HEADS), None)
     for row in by_heads:
         row["diff_to_h8"] = _differences(row, base_row)
@@ -332,6 +334,27 @@ def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) 
         row["paper"] = {**paper, "bleu_diff_to_h8": round(paper["bleu"] - base["bleu"], 2),
                         "ppl_diff_to_h8": round(paper["ppl"] - base["ppl"], 2)}
     return row
+
+
+def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
+    """Per h, from `mhatrain heads` files in the runs: the share of heads in each role
+    (heads/roles-valid.json) and the share removable within 1 BLEU (heads/heads-valid.json)."""
+    from .head_roles import study_role_shares
+
+    roles, prunable, total = {}, 0, 0
+    for run in runs:
+        directory = study_dir / run.run_dir / "heads"
+        report = read_json(directory / "roles-valid.json")
+        if report is not None and "counts" in report:
+            roles[run.name] = report
+        heads = read_json(directory / "heads-valid.json")
+        pruning = ((heads or {}).get("pruning") or {}).get("all") or {}
+        if pruning.get("prunable") is not None:
+            prunable, total = prunable + pruning["prunable"], total + pruning["heads"]
+    if not roles and not total:
+        return None
+    return {"role_shares": study_role_shares(roles), "runs_with_roles": sorted(roles),
+            "prunable_share": round(prunable / total, 4) if total else None}
 
 
 def _differences(row: dict, base_row: dict | None) -> dict | None:
@@ -528,6 +551,17 @@ def to_markdown(report: dict) -> str:
     else:
         out += [f"No test yet: it needs a finished h={BASELINE_HEADS} run and a finished run of another h of the "
                 f"same seed.", ""]
+    analysed = [row for row in report["by_heads"] if row.get("head_analysis")]
+    if analysed:
+        from .head_roles import ROLE_THRESHOLDS, ROLES
+
+        out += ["## What the heads do (`mhatrain heads --roles` and `mhatrain heads` on the runs)", "", _md_table(
+            ["h", "runs with roles", *[f"{role} heads" for role in ROLES], "prunable within 1 BLEU"],
+            [[str(row["heads"]), str(len(row["head_analysis"]["runs_with_roles"])),
+              *[_share(row["head_analysis"]["role_shares"], role) for role in ROLES],
+              _pct(row["head_analysis"]["prunable_share"])] for row in analysed]), "",
+                f"Shares of all heads (every layer and attention kind) over the runs of each h. Classes and their "
+                f"thresholds: {ROLE_THRESHOLDS} (see mhatrain/head_roles.py).", ""]
     claims = report["claims"]
     ours = claims["ours"]
     test = (ours or {}).get("seed_test") or {}
@@ -548,6 +582,14 @@ def to_markdown(report: dict) -> str:
     if report["notes"]:
         out += ["## Notes", "", *[f"- {note}" for note in report["notes"]], ""]
     return "\n".join(out)
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _share(shares: dict | None, role: str) -> str:
+    return "—" if not shares else _pct(shares[role])
 
 
 def _interval(ci: list[float] | None) -> str:

@@ -356,3 +356,18 @@ def test_curves_mean_over_seeds_at_the_updates_every_seed_reached():
     (group,) = group_by_heads([a, b]).values()
     assert group["valid_bleu"] == {"steps": [100, 200], "mean": [11.0, 21.0], "low": [10.0, 20.0], "high": [12.0, 22.0]}
     assert group["best"] == [(300, 30.0, 4.0), (200, 22.0, 6.0)]
+
+
+def test_report_shows_head_roles_per_h_when_the_runs_have_them(reference, tmp_path):
+    study = tmp_path / "study"
+    shutil.copytree(reference, study)
+    for point in ("h01-seed1", "h08-seed1"):
+        result = run_cli("heads", str(study / point), "--roles", "--max-sentences", "20")
+        assert result.returncode == 0, result.stderr + result.stdout
+    report = report_study(study, Silent())
+    for row in report["by_heads"]:
+        analysis = row["head_analysis"]
+        assert analysis["runs_with_roles"] == [f"h{row['heads']:02d}-seed1"]
+        assert sum(analysis["role_shares"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert analysis["prunable_share"] is None  # `mhatrain heads` (importance) was not run
+    assert "## What the heads do" in (study / "report.md").read_text()

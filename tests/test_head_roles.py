@@ -1,0 +1,108 @@
+"""Head roles over a corpus: the measures on hand-made attention, padding, classes, the CLI, the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from mhatrain import data as D
+from mhatrain.head_roles import classify, role_counts, role_records, row_measures
+
+from .conftest import run_cli
+
+
+def one_example(p: torch.Tensor, kind: str, keys: list[int]):
+    """[Tq, Tk] probabilities of one head, one sentence → measures (means over rows)."""
+    Tq, Tk = p.shape
+    query = torch.ones(1, Tq, dtype=torch.bool)
+    key_valid = torch.ones(1, Tq, Tk, dtype=torch.bool)
+    if kind == "dec-self":
+        key_valid &= torch.ones(Tq, Tk, dtype=torch.bool).tril()
+    sink = torch.tensor([[k in (D.EOS, D.BOS) for k in keys]], dtype=torch.float)
+    sums = row_measures(p[None, None, None], query, key_valid, sink, kind)
+    rows, normalised_rows = float(sums.pop("_rows")), float(sums.pop("_normalised_rows"))
+    return {name: float(v[0, 0]) / (normalised_rows if name == "entropy_normalised" else rows)
+            for name, v in sums.items()}
+
+
+def test_a_previous_token_head_is_positional():
+    T = 5
+    p = torch.zeros(T, T)
+    p[0, 0] = 1.0
+    for i in range(1, T):
+        p[i, i - 1] = 1.0
+    m = one_example(p, "dec-self", [D.BOS, 5, 6, 7, 8])
+    assert m["previous"] == pytest.approx(4 / 5) and m["same"] == pytest.approx(1 / 5)
+    assert m["confidence"] == pytest.approx(1.0) and m["entropy"] == pytest.approx(0.0)
+    assert m["sink"] == pytest.approx(2 / 5)  # rows 0 and 1 look at <s>
+    assert classify(m, "dec-self") == "positional"
+
+
+def test_an_end_of_sentence_sink_and_a_diffuse_head():
+    keys = [5, 6, 7, D.EOS]
+    sink = torch.zeros(4, 4)
+    sink[:, 3] = 1.0
+    assert classify(one_example(sink, "enc-self", keys), "enc-self") == "sink"
+    uniform = torch.full((4, 4), 0.25)
+    m = one_example(uniform, "enc-self", keys)
+    assert m["entropy"] == pytest.approx(math.log(4)) and m["entropy_normalised"] == pytest.approx(1.0)
+    assert classify(m, "enc-self") == "diffuse"
+    content = torch.tensor([[0.05, 0.85, 0.05, 0.05]] * 4)  # mostly one content word
+    assert classify(one_example(content, "enc-self", keys), "enc-self") == "other"
+
+
+def test_cross_attention_on_the_proportional_diagonal_is_positional():
+    T, S = 4, 7  # rows i look at source position round(i · 6 / 3) = 2i
+    p = torch.zeros(T, S)
+    for i in range(T):
+        p[i, 2 * i] = 1.0
+    m = one_example(p, "cross", [5, 6, 7, 8, 9, 10, D.EOS])
+    assert m["diagonal"] == pytest.approx(1.0)
+    assert classify(m, "cross") == "positional"
+    p = torch.zeros(T, S)
+    p[:, 0] = 1.0  # always the first source word
+    assert one_example(p, "cross", [5, 6, 7, 8, 9, 10, D.EOS])["diagonal"] == pytest.approx(1 / 4)
+
+
+def test_padding_rows_and_keys_do_not_count(tiny_run):
+    """A batch of two padded sentences gives the row-weighted mean of the two sentences alone."""
+    from mhatrain.head_roles import measure_roles
+    from mhatrain.runner import load_run
+
+    run = load_run(tiny_run)
+    run.model.eval()
+    pairs = D.Encoded([[5, 6, 7], [8, 9, 10, 11, 12, 13]], [[14, 15], [16, 17, 18, 19, 20]], [0, 1])
+    both = measure_roles(run.model, [D.collate(pairs, [0, 1])])
+    alone = [measure_roles(run.model, [D.collate(pairs, [i])]) for i in (0, 1)]
+    rows = {"enc-self": (4, 7), "dec-self": (3, 6), "cross": (3, 6)}  # query rows of each sentence
+    for kind, (a, b) in rows.items():
+        for name in ("entropy", "confidence", "previous", "sink"):
+            expected = (a * alone[0][kind][name] + b * alone[1][kind][name]) / (a + b)
+            torch.testing.assert_close(both[kind][name], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_heads_roles_command_and_the_study_report(tiny_run, tmp_path):
+    result = run_cli("heads", str(tiny_run), "--roles", "--max-sentences", "30", "--out", str(tmp_path / "h"))
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = json.loads((tmp_path / "h" / "roles-valid.json").read_text())
+    config = json.loads(json.dumps(report))  # plain JSON
+    n_heads = config["n_heads"]
+    assert report["sentences"] == 30
+    for kind in ("enc-self", "dec-self", "cross"):
+        heads = [r for r in report["heads"] if r["kind"] == kind]
+        assert sum(report["counts"][kind].values()) == len(heads) and len(heads) % n_heads == 0
+        assert all(0 <= r["sink"] <= 1 + 1e-4 and r["confidence"] >= 1 / 64 for r in heads)
+    assert report["counts"]["all"] == role_counts(report["heads"])["all"]
+    assert "Head roles over 30 sentences" in result.stdout and "enc-self:" in result.stdout
+
+
+def test_role_records_number_layers_and_heads_from_one():
+    means = {"cross": {name: torch.zeros(2, 3) for name in
+                       ("entropy", "entropy_normalised", "confidence", "previous", "same", "next", "sink", "diagonal")}}
+    records = role_records(means)
+    assert [(r["layer"], r["head"]) for r in records] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+    assert {r["role"] for r in records} == {"other"}
