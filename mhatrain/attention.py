@@ -129,7 +129,8 @@ class MultiHeadAttention(nn.Module):
 
         cache: incremental decoding state (see KVCache). need_weights: also return the per-head
         attention probabilities [B, H, Tq, Tk] (explicit path). head_gate: [H] multipliers on each
-        head's output before W_O (1 = keep, 0 = prune).
+        head's output before W_O (1 = keep, 0 = prune), or [B, H] for one gate per example (per-sentence
+        gradients of head importance).
         Returns ([B, Tq, D], probabilities or None).
         """
         # 1. Project and split heads: Q = query W_Q → [B, H, Tq, Dh]
@@ -164,5 +165,5 @@ class MultiHeadAttention(nn.Module):
             probs = unfold_group(probs, group) if probs is not None else None
         # 4. Optional head gates (head masking / importance), then Concat and W_O.
         if head_gate is not None:
-            heads = heads * head_gate.to(heads.dtype).view(1, -1, 1, 1)
+            heads = heads * head_gate.to(heads.dtype).view(-1 if head_gate.dim() == 2 else 1, heads.size(1), 1, 1)
         return self.w_o(merge_heads(heads)), probs  # [B, Tq, D]

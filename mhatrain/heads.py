@@ -9,8 +9,8 @@ in everything a person reads (tables, JSON records, plots); arrays are indexed f
 
 Head importance, three ways (Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better than One?"):
   masking   the change in loss (and BLEU) when one head alone is masked, all others open;
-  gradient  I_h = Σ_batches |∂L/∂ξ_h| / target tokens, with L the batch's summed NLL and ξ_h the
-            head's gate held at 1. Reported raw and normalised to unit L2 norm within each layer,
+  gradient  I_h = Σ_sentences |∂L_s/∂ξ_h| / target tokens, with L_s a sentence's summed NLL and ξ_h
+            the head's gate held at 1 (the absolute value per sentence, as Michel et al. take it). Reported raw and normalised to unit L2 norm within each layer,
             as Michel et al. do before ranking heads across layers;
   pruning   the metric as heads are removed in order of normalised gradient importance (least
             important first), for each kind alone and for all kinds together.
@@ -397,16 +397,25 @@ class Judge:
         return result
 
     def gradient_importance(self) -> dict[str, torch.Tensor]:
-        """Σ_batches |∂L/∂gate| / target tokens per kind, [n_layers, H] (L = the batch's summed NLL)."""
-        gates = open_gates(self.model, self.device, requires_grad=True)
-        tensors = [getattr(gates, FIELDS[k]) for k in KINDS]
-        totals = [torch.zeros_like(t) for t in tensors]
+        """Σ_sentences |∂L_s/∂gate| / target tokens per kind, [n_layers, H] (L_s = a sentence's summed NLL).
+
+        As Michel et al. take it: the absolute value per sentence, so that sentences pulling a gate in
+        opposite directions do not cancel. Each sentence of a batch gets its own gate ([n_layers, B, H],
+        all 1); a sentence's loss depends only on its own gates, so one backward pass of the batch's
+        summed loss gives every sentence's gradient.
+        """
+        shape = open_gates(self.model, self.device)
+        totals = [torch.zeros_like(getattr(shape, FIELDS[k])) for k in KINDS]
         self.model.eval()
         with frozen(self.model), self._autocast():
             for batch in self.evalset.batches:
+                B = batch.src.size(0)
+                tensors = [torch.ones(t.size(0), B, t.size(1), device=self.device, requires_grad=True)
+                           for t in totals]
+                gates = HeadGates(**{FIELDS[k]: t for k, t in zip(KINDS, tensors)})
                 grads = torch.autograd.grad(summed_nll(self.model, batch, gates), tensors)
                 for total, grad in zip(totals, grads):
-                    total += grad.abs()
+                    total += grad.abs().sum(1)
         return {k: (t / self.evalset.n_tokens).float().cpu() for k, t in zip(KINDS, totals)}
 
 

@@ -156,7 +156,8 @@ class Attention:
 
 @dataclass
 class HeadGates:
-    """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep)."""
+    """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep), or
+    [n_layers, B, H] for one gate per example of a batch."""
 
     enc_self: torch.Tensor | None = None
     dec_self: torch.Tensor | None = None

@@ -165,7 +165,9 @@ def judge_for(model, src, tgt_in, tgt_out) -> Judge:
     return Judge(model, None, evalset, DECODE, torch.device("cpu"), "fp32", beam=1, with_bleu=False)
 
 
-def test_gradient_importance_is_the_gate_derivative_of_the_loss():
+def test_gradient_importance_sums_each_sentences_absolute_gate_derivative():
+    """Michel et al.: I_h = Σ_sentences |∂L_s/∂ξ_h|, so sentences that pull a gate in opposite
+    directions add up instead of cancelling, as they would in |∂(Σ_s L_s)/∂ξ_h|."""
     model = random_model()
     src, tgt_in, tgt_out = padded_batch()
     judge = judge_for(model, src, tgt_in, tgt_out)
@@ -174,15 +176,22 @@ def test_gradient_importance_is_the_gate_derivative_of_the_loss():
                                                                   "cross": (3, 4)}
     assert all(p.grad is None and p.requires_grad for p in model.parameters())  # weights untouched
     eps = 3e-3  # truncation error ~eps², float32 rounding ~1/eps: both well under 2%
-    for head in SOME_HEADS:  # central finite difference of the summed NLL in the head's gate
-        losses = []
-        for value in (1 + eps, 1 - eps):
-            gates = open_gates(model, "cpu")
-            getattr(gates, FIELDS[head.kind])[head.layer, head.head] = value
-            with torch.no_grad():
-                losses.append(float(summed_nll(model, judge.evalset.batches[0], gates)))
-        derivative = abs(losses[0] - losses[1]) / (2 * eps) / judge.evalset.n_tokens
-        assert importance[head.kind][head.layer, head.head].item() == pytest.approx(derivative, rel=2e-2, abs=1e-6)
+    sentences = [Batch(src[i:i + 1], tgt_in[i:i + 1], tgt_out[i:i + 1], [i]) for i in range(src.size(0))]
+    cancelled = 0
+    for head in SOME_HEADS:  # central finite differences of each sentence's summed NLL in the head's gate
+        derivatives = []
+        for sentence in sentences:
+            losses = []
+            for value in (1 + eps, 1 - eps):
+                gates = open_gates(model, "cpu")
+                getattr(gates, FIELDS[head.kind])[head.layer, head.head] = value
+                with torch.no_grad():
+                    losses.append(float(summed_nll(model, sentence, gates)))
+            derivatives.append((losses[0] - losses[1]) / (2 * eps))
+        expected = sum(abs(d) for d in derivatives) / judge.evalset.n_tokens
+        assert importance[head.kind][head.layer, head.head].item() == pytest.approx(expected, rel=2e-2, abs=1e-6)
+        cancelled += abs(sum(derivatives)) < 0.9 * sum(abs(d) for d in derivatives)
+    assert cancelled  # some head's two sentences disagree in sign: the batch-level value would differ
     for values in normalise_per_layer(importance).values():
         torch.testing.assert_close(values.norm(dim=-1), torch.ones(values.size(0)))
 
