@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import pytest
 import torch
 
@@ -42,7 +43,8 @@ def shift_logit(model, token: int, amount: float) -> None:
 
     The final hidden state passes through a LayerNorm with a bias b, so logits gain W_out b;
     b = pinv(W_out) (amount · e_token) shifts exactly one logit, as W_out's rows are independent
-    (V ≤ D). A tied model's PAD row is zero, so its PAD logit is always 0 and cannot be shifted.
+    (V ≤ D). In a freshly built tied model the PAD row is zero (padding_idx), so its PAD logit is 0
+    and cannot be shifted; training would change that row only through the output projection.
     """
     norm = model.decoder[-1].res_ffn.norm if model.cfg.norm == "post" else model.dec_norm
     target = torch.zeros(model.vocab_size)
@@ -88,13 +90,13 @@ def max_steps(src_row: torch.Tensor, cfg: DecodeConfig) -> int:
 # ----------------------------------------------------------------------------- length penalty
 
 
-def test_length_penalty_matches_wu_et_al():
-    for length in (1, 2, 7, 30):
-        for alpha in (0.0, 0.6, 1.0):
-            assert length_penalty(length, alpha) == pytest.approx(((5 + length) / 6) ** alpha)
-    lengths = torch.tensor([1.0, 4.0, 10.0])
-    torch.testing.assert_close(length_penalty(lengths, 0.6), ((5 + lengths) / 6) ** 0.6)
+def test_length_penalty_known_values():
+    """Wu et al. 2016: lp(Y) = ((5 + |Y|) / 6)^alpha, checked at values worked out by hand."""
     assert length_penalty(1, 0.6) == pytest.approx(1.0)  # a lone EOS is not penalised
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)  # (5 + 7) / 6
+    assert length_penalty(13, 0.5) == pytest.approx(math.sqrt(3))  # sqrt(18 / 6)
+    assert length_penalty(30, 0.0) == 1.0  # alpha = 0: no normalisation
+    torch.testing.assert_close(length_penalty(torch.tensor([1.0, 7.0, 25.0]), 1.0), torch.tensor([1.0, 2.0, 5.0]))
 
 
 # ----------------------------------------------------------------------------- greedy
@@ -247,13 +249,13 @@ def test_best_reachable_score_bounds_every_finishing_length():
             assert float(bound[row]) == pytest.approx(max(reachable))
 
 
-# ----------------------------------------------------------------------------- known defects
+# ----------------------------------------------------------------------------- length limits and special tokens
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
 def test_output_length_limit_does_not_depend_on_batch_mates(search):
-    """a · source_length + b is a per-sentence limit; decode.py takes the longest source of the
-    batch, so a short sentence decoded next to a long one may grow longer than when alone."""
+    """a · source_length + b is a per-sentence limit: a short sentence decoded next to a long one
+    may not grow longer than when alone (an earlier version took the longest source of the batch)."""
     model = random_model(0, eos_after_some_tokens=False)  # never says EOS: runs to the limit
     src = random_sources(0, lengths=[2, 7])
     cfg = DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.0, max_len_b=3)
@@ -263,8 +265,8 @@ def test_output_length_limit_does_not_depend_on_batch_mates(search):
 
 
 def test_greedy_and_beam_search_share_one_length_limit():
-    """Greedy may emit max_steps tokens; beam search forces EOS at step max_steps and so emits
-    at most max_steps - 1. Beam size 1 (greedy) and 2 then obey different limits."""
+    """Both searches may emit max_steps tokens before EOS (an earlier beam search forced EOS one
+    step sooner, so beam sizes 1 and 2 obeyed different limits)."""
     model = random_model(0, eos_after_some_tokens=False)
     shift_logit(model, EOS, -30.0)  # EOS is never the best choice
     src = random_sources(0, lengths=[4])
@@ -276,10 +278,11 @@ def test_greedy_and_beam_search_share_one_length_limit():
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
 def test_padding_token_is_never_part_of_a_hypothesis(search):
-    """PAD is not a word. If a search emits it, the uncached decoder masks it out as padding
-    while the cached one attends to it (so the two searches diverge), and _strip drops it from
-    the output, so the returned ids are not the hypothesis that was scored.
-    (Untied output embeddings: a tied model's PAD logit is always 0 and cannot be shifted.)"""
+    """PAD is not a word. If a search emitted it, the uncached decoder would mask it out as padding
+    while the cached one attends to it (so the two searches would diverge), and _strip would drop it
+    from the output, so the returned ids would not be the hypothesis that was scored.
+    (Untied output embeddings: in a freshly built tied model the PAD row of the shared embedding is
+    zero, so its logit cannot be shifted by a bias.)"""
     model = random_model(1, tie=False)
     shift_logit(model, PAD, 1.5)  # PAD now wins some steps
     src = random_sources(1)
