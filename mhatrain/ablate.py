@@ -40,7 +40,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from .checkpoint import config_differences
+from .checkpoint import config_differences, eval_path
 from .config import Config, apply_override, dump_config, load_config, validate
 from .distributed import read_launch, resolve_device
 from .errors import MhatrainError
@@ -179,7 +179,7 @@ class Study:
         return self.dir / "logs" / f"{point.name}.log"
 
     def eval_file(self, point: Point, split: str) -> Path:
-        return self.run_dir(point) / "eval" / f"{split}.beam{self.beam}.json"
+        return eval_path(self.run_dir(point), split, self.beam)
 
     def state(self, point: Point) -> str:
         """done | trained (evaluation missing) | started | pending."""

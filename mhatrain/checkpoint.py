@@ -100,11 +100,26 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file()
 
 
-def open_run(run_dir: Path, which: str = "best", log=None) -> tuple[Config, dict, Path]:
+def eval_stem(split: str, beam: int, which: str = "best", alpha: float | None = None) -> str:
+    """The name (without .json / .hyp.txt) of an evaluation file in RUN_DIR/eval: `test.beam4`, and
+    `.alpha1` when alpha is not the config's decode.alpha (None), `.last` / `.averaged` for a checkpoint
+    other than best. The one place that names these files."""
+    return (f"{split}.beam{beam}" + ("" if alpha is None else f".alpha{alpha:g}")
+            + ("" if which == "best" else f".{which}"))
+
+
+def eval_path(run_dir: Path, split: str, beam: int, which: str = "best", alpha: float | None = None,
+              suffix: str = ".json") -> Path:
+    return Path(run_dir) / "eval" / (eval_stem(split, beam, which, alpha) + suffix)
+
+
+def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False) -> tuple[Config, dict, Path]:
     """Config, checkpoint state and tokenizer path of a finished or running run directory.
 
     A damaged checkpoint is reported through `log` and the next one is used (best.pt → last.pt →
-    last.prev.pt); a checkpoint made with another config than config.yaml is refused.
+    last.prev.pt), unless `strict`: then the asked-for checkpoint is used or the call fails, so that
+    a result is never filed under a checkpoint it did not come from. A checkpoint made with another
+    config than config.yaml is refused.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -118,12 +133,15 @@ def open_run(run_dir: Path, which: str = "best", log=None) -> tuple[Config, dict
     names = {"best": ("best.pt", "last.pt", "last.prev.pt"), "last": ("last.pt", "last.prev.pt"),
              "averaged": ("averaged.pt",)}[which]
     errors = []
-    for name in names:
+    for name in names[:1] if strict else names:
         if not (run_dir / name).exists():
             continue
         try:
             state = load_checkpoint(run_dir / name)
         except CheckpointError as exc:
+            if strict:
+                raise CheckpointError(f"{exc}; the {which} checkpoint cannot be evaluated (--checkpoint last "
+                                      f"evaluates the latest training state)") from None
             errors.append(str(exc))
             continue
         check_compatible(state, config, str(run_dir / name))  # config.yaml differs: so would every checkpoint

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
+from .checkpoint import eval_path
 from .errors import MhatrainError
 from .export import portable_text
 from .io import atomic_write_json, atomic_write_text, read_json, read_jsonl
@@ -110,8 +111,8 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     at_best = [r for r in valid_records if r.get("step") == summary.get("best_step")]
     if at_best:  # the checkpoint that eval scores is best.pt
         record.valid_ppl = at_best[-1].get("valid_ppl")
-    valid = read_json(run_dir / "eval" / f"valid.beam{record.beam}.json")
-    test = read_json(run_dir / "eval" / f"test.beam{record.beam}.json")
+    valid = read_json(eval_path(run_dir, "valid", record.beam))
+    test = read_json(eval_path(run_dir, "test", record.beam))
     if valid is not None:
         record.valid_bleu = valid.get("bleu")
     if test is not None:
@@ -121,8 +122,8 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
             record.parameters = test.get("parameters")
         if test.get("update") is not None:
             record.updates = test["update"]
-        hyps = Path("eval") / f"test.beam{record.beam}.hyp.txt"
-        record.test_hypotheses = f"{point.name}/{hyps.as_posix()}" if (run_dir / hyps).is_file() else None
+        hyps = eval_path(Path(point.name), "test", record.beam, suffix=".hyp.txt")
+        record.test_hypotheses = hyps.as_posix() if (run_dir.parent / hyps).is_file() else None
     record.status = "done" if valid is not None and test is not None else "evaluating"
     return record
 

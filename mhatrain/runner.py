@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from .checkpoint import open_run
+from .checkpoint import eval_stem, open_run
 from .config import Config, apply_override, validate
 from .data import Tokenizer, load_split
 from .decode import translate
@@ -33,8 +33,9 @@ class LoadedRun:
     step: int
 
 
-def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> LoadedRun:
-    config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn)
+def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), strict: bool = False) -> LoadedRun:
+    """strict: use exactly the `which` checkpoint (see open_run)."""
+    config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn, strict=strict)
     for item in overrides:
         apply_override(config, item)
     validate(config, f"{run_dir}/config.yaml", check_paths=False)
@@ -74,8 +75,9 @@ def split_name(config: Config, split: str) -> str:
 
 def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | None, which: str,
                  overrides: list[str], console: Console) -> dict:
-    run = load_run(run_dir, which, overrides)
+    run = load_run(run_dir, which, overrides, strict=True)
     beam = beam or run.config.decode.beam
+    own_alpha = alpha is not None and alpha != run.config.decode.alpha  # named in the file: others don't overwrite
     alpha = run.config.decode.alpha if alpha is None else alpha
     corpus = load_split(run.config.data, split_name(run.config, split))
     console.print(f"translating {len(corpus)} sentences of '{split}' with beam {beam}, alpha {alpha} "
@@ -89,7 +91,7 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
                   sentences_per_s=round(len(hyps) / seconds, 1))
     out_dir = Path(run_dir) / "eval"
-    stem = f"{split}.beam{beam}" + ("" if which == "best" else f".{which}")
+    stem = eval_stem(split, beam, which, alpha if own_alpha else None)
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write_json(out_dir / f"{stem}.json", result)
     table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences, beam {beam}, alpha {alpha})")

@@ -64,3 +64,14 @@ class FullDisk:
 
     def flush(self):
         self.f.flush()
+
+
+def library_translations(run_dir: Path, sentences: list[str], which: str = "best") -> list[str]:
+    """What the library translates for `sentences` with a run's `which` checkpoint: the CLI must agree.
+    (Translations of the toy model are not written into tests: its training differs across CPUs.)"""
+    from mhatrain.decode import translate
+    from mhatrain.runner import load_run
+
+    run = load_run(run_dir, which, strict=True)
+    return translate(run.model, run.tokenizer, sentences, run.config.decode, run.device,
+                     precision=run.config.train.precision)

@@ -9,7 +9,7 @@ Kinds (ids as in CASES; docs/troubleshooting.md explains each):
   data       pair-file-missing, split-missing, line-counts-differ, empty-file, binary-file,
              not-utf8-line, corrupt-gzip, jsonl-missing-language, jsonl-invalid-json,
              jsonl-field-not-string, hub-missing-language, nothing-left-after-filtering
-  runs       run-dir-missing, not-a-run-dir, no-checkpoint-yet, checkpoints-truncated,
+  runs       run-dir-missing, not-a-run-dir, no-checkpoint-yet, checkpoints-truncated, eval-best-damaged,
              checkpoints-garbage, checkpoint-runs-code, checkpoint-other-vocab, tokenizer-garbage,
              tokenizer-missing, run-config-edited, run-config-broken, resume-other-config,
              resume-other-vocab, resume-all-damaged, resume-nothing-there, train-over-a-run,
@@ -43,7 +43,7 @@ from typing import Callable
 import pytest
 import torch
 
-from .conftest import ROOT, TINY, TOY, run_cli
+from .conftest import ROOT, TINY, TOY, library_translations, run_cli
 
 # ----------------------------------------------------------------------------- a forking CLI runner
 
@@ -324,9 +324,13 @@ CASES = [
          ["{root}/toy is not a mhatrain run directory (no config.yaml)"]),
     Case("no-checkpoint-yet", lambda w: ([p.unlink() for p in w.checkpoints()], ["eval", str(w.run)])[1],
          ["{root}/run: no checkpoint yet"]),
-    Case("checkpoints-truncated", lambda w: ([truncate(p) for p in w.checkpoints()], ["eval", str(w.run)])[1],
+    Case("checkpoints-truncated", lambda w: ([truncate(p) for p in w.checkpoints()],
+                                             ["translate", str(w.run), "A cat."])[1],
          ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader "
           "failed reading zip archive: failed finding central directory); last.pt: damaged", "last.prev.pt: damaged"]),
+    Case("eval-best-damaged", lambda w: (truncate(w.run / "best.pt"), ["eval", str(w.run)])[1],
+         ["{root}/run/best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader failed reading zip archive",
+          "the best checkpoint cannot be evaluated (--checkpoint last evaluates the latest training state)"]),
     Case("checkpoints-garbage", lambda w: ([p.write_bytes(os.urandom(4096)) for p in w.checkpoints()],
                                            ["translate", str(w.run), "A cat."])[1],
          ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint"]),
@@ -450,6 +454,6 @@ def test_a_damaged_best_checkpoint_is_named_and_last_pt_used_instead(cli, tmp_pa
     truncate(run / "best.pt")
     result = cli("translate", str(run), "The red cat sees the dog.")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "Die katze rot sieht die hund.\n"
+    assert result.stdout.splitlines() == library_translations(run, ["The red cat sees the dog."], "last")
     assert result.stderr.startswith(f"warning: {run}/best.pt: damaged or not a mhatrain checkpoint (")
     assert result.stderr.rstrip().endswith("; using last.pt instead")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from .conftest import TINY, run_cli
+from mhatrain.config import load_config
+
+from .conftest import TINY, library_translations, run_cli
 
 
 def assert_clean_error(result, *fragments):
@@ -47,7 +50,9 @@ def test_eval_scores_the_test_split(tiny_run):
 def test_translate_arguments_and_stdin(tiny_run):
     args = run_cli("translate", str(tiny_run), "The red cat sees the dog.", "The old man holds the hat.")
     assert args.returncode == 0, args.stderr
-    assert args.stdout.splitlines() == ["Die katze rot sieht die hund.", "Die mann alt hält die hut."]
+    sentences = ["The red cat sees the dog.", "The old man holds the hat."]
+    assert args.stdout.splitlines() == library_translations(tiny_run, sentences)
+    assert all(line.strip() for line in args.stdout.splitlines())
     piped = run_cli("translate", str(tiny_run), stdin="The red cat sees the dog.\nThe old man holds the hat.\n")
     assert piped.stdout.splitlines() == args.stdout.splitlines()
 
@@ -83,3 +88,18 @@ def test_python_dash_m_and_help():
     assert result.returncode == 0
     for command in ("train", "eval", "translate"):
         assert command in result.stdout
+
+
+def test_eval_with_another_alpha_gets_its_own_file(tiny_run, tmp_path):
+    import shutil
+
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    for alpha in (None, 1.0):
+        args = ["eval", str(run), "--split", "test", "--beam", "2"] + ([] if alpha is None else ["--alpha", str(alpha)])
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr + result.stdout
+    default = json.loads((run / "eval" / "test.beam2.json").read_text())
+    other = json.loads((run / "eval" / "test.beam2.alpha1.json").read_text())
+    assert default["alpha"] == load_config(run / "config.yaml", check_paths=False).decode.alpha
+    assert other["alpha"] == 1.0
+    assert (run / "eval" / "test.beam2.alpha1.hyp.txt").is_file()
