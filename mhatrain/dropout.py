@@ -1,8 +1,8 @@
 """Dropout with cheap random bits.
 
-On CPU, `F.dropout` draws one random number per element and costs ~4x more than the rest of a
-dropout-heavy layer (16 ms vs 3.6 ms for a 160×25×256 bf16 tensor, measured on 2 cores).
-Here each element gets one uniform random byte, cut from 64-bit random words: p is rounded to a multiple of
+On CPU, `F.dropout` draws one random number (32 random bits and a float conversion) per element,
+which costs more than the rest of a dropout-heavy layer (measurements: docs/performance.md,
+"Dropout"). Here each element gets one uniform random byte, cut from 64-bit random words: p is rounded to a multiple of
 1/256 and the kept values are scaled by 1 / (1 - p_rounded), so the expectation is unchanged.
 A p that rounds to 0 or to 1 (below 1/512, or from 511/512 on) would drop nothing or divide by zero,
 so it goes to `F.dropout` with the exact p. The bits come from torch's default generator, so runs
