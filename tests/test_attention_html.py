@@ -14,6 +14,7 @@ from mhatrain import cli
 from mhatrain.attention_html import AttentionView, render_page, write_attention_html
 from mhatrain.heads import KINDS
 
+from . import browser as browser_module
 from .browser import require_browser, start_chromium
 from .conftest import ROOT, run_cli
 
@@ -66,6 +67,14 @@ def test_bare_html_option_stands_for_the_default_file():
     assert cli.with_optional_values(args + ["--html", "page.html"]) == args + ["--html", "page.html"]
     assert cli.with_optional_values(args + ["--html=page.html"]) == args + ["--html=page.html"]
     assert cli.with_optional_values(["translate", "run", "--", "--html"]) == ["translate", "run", "--", "--html"]
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(ci, outcome, monkeypatch, tmp_path):
+    monkeypatch.setattr(browser_module, "CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="no-chromium is missing"):
+        browser_module.require_browser()
 
 
 # ----------------------------------------------------------------------------- in a browser
@@ -225,5 +234,6 @@ def test_any_head_count_gets_its_own_colours_and_thumbnails(n_heads, tmp_path, b
     toggle_colours = browser.execute_script(
         "return [...document.querySelectorAll('button.head')].map(b => b.style.getPropertyValue('--colour'))")
     strokes = browser.execute_script(
-        "return [...document.querySelectorAll('line.attention-line')].map(l => [+l.dataset.head, l.getAttribute('stroke')])")
+        "return [...document.querySelectorAll('line.attention-line')]"
+        ".map(l => [+l.dataset.head, l.getAttribute('stroke')])")
     assert all(stroke == toggle_colours[h] for h, stroke in strokes)  # a head's lines wear its toggle's colour
