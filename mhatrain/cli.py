@@ -22,6 +22,7 @@ err_console = Console(stderr=True)
 _state = {"debug": False}
 
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
+OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
 
 
 @app.callback()
@@ -164,12 +165,15 @@ def attention(
     layer: str = typer.Option("all", "--layer", help="Layer number (from 1) or all."),
     kind: str = typer.Option("all", "--kind", help="enc-self, dec-self, cross or all."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+    html: Optional[str] = typer.Option(None, "--html", metavar="[FILE]",
+                                       help="Also write an interactive, self-contained HTML head view to FILE "
+                                            "(default: attention.html in the output directory)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
     from .heads import show_attention
 
-    show_attention(run_dir, sentence, layer, kind, out, console, set_ or [])
+    show_attention(run_dir, sentence, layer, kind, out, console, set_ or [], html)
 
 
 @app.command()
@@ -234,9 +238,21 @@ def bench(
     report_benches(chosen, options, console, json_path, markdown_path)
 
 
+def with_optional_values(args: list[str]) -> list[str]:
+    """Typer's parser has no options with an optional value: a bare `--html` (last, or followed by
+    another option) is passed on as `--html=`, the empty value that stands for the default."""
+    args = list(args)
+    end = args.index("--") if "--" in args else len(args)  # after `--` everything is an argument
+    for i in range(end):
+        following = args[i + 1] if i + 1 < end else None
+        if args[i] in OPTIONAL_VALUE and (following is None or (following.startswith("-") and following != "-")):
+            args[i] += "="
+    return args
+
+
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        app(args=with_optional_values(sys.argv[1:]), standalone_mode=False)
     except MhatrainError as exc:
         if _state["debug"]:
             raise

@@ -213,13 +213,20 @@ def _slug(sentence: str) -> str:
 
 
 def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str = "all", out: Path | None = None,
-                   console: Console | None = None, overrides=()) -> dict:
-    """The `mhatrain attention` command: maps, grid plots, statistics table and files."""
+                   console: Console | None = None, overrides=(), html: str | None = None) -> dict:
+    """The `mhatrain attention` command: maps, grid plots, statistics table and files.
+
+    html: also write the interactive page (attention_html) to this file; "" = <out dir>/attention.html.
+    """
     from .runner import load_run
 
     console = console or Console()
     check_sentence(sentence)
     kinds = parse_kinds(kind)
+    out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
+    page_path = None if html is None else Path(html) if html else out_dir / "attention.html"
+    if page_path is not None and page_path.is_dir():
+        raise MhatrainError(f"--html {page_path} is a directory; give a file name, e.g. {page_path / 'attention.html'}")
     run = load_run(run_dir, overrides=list(overrides))
     _set_threads(run.config.train.threads)
     layers = parse_layers(layer, run.model, kinds)
@@ -233,11 +240,31 @@ def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str =
         "statistics": statistics_records(sm, layers),
         "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
     }
-    out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
     written = write_attention_files(sm, layers, report, out_dir / f"attention-{_slug(sentence)}")
+    if page_path is not None:
+        write_attention_page(sm, layers, page_path, f"{run_dir}, update {run.step}, beam {run.config.decode.beam}")
     _print_attention(sm, report["statistics"], console)
     console.print("files: " + "  ".join(map(str, written)), highlight=False, markup=False)
+    if page_path is not None:
+        console.print(f"html: {page_path}", highlight=False, markup=False)
     return report
+
+
+def axis_names(kind: str) -> tuple[str, str]:
+    """What a kind's queries and keys are, for axis labels and column headings."""
+    query = "source token" if kind == "enc-self" else "decoder input (predicts the next token)"
+    key = "decoder input" if kind == "dec-self" else "source token"
+    return query, key
+
+
+def write_attention_page(sm: SentenceMaps, layers: dict[str, list[int]], path: Path, caption: str) -> Path:
+    """The self-contained HTML head view of the selected kinds and layers (attention_html)."""
+    from .attention_html import AttentionView, write_attention_html
+
+    views = [AttentionView(kind, TITLES[kind], *axis_names(kind), *sm.labels(kind), [i + 1 for i in indices],
+                           sm.maps[kind][indices].numpy())
+             for kind, indices in layers.items()]
+    return write_attention_html(path, sm.source, sm.translation, views, caption)
 
 
 def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report: dict, stem: Path) -> list[Path]:
@@ -247,8 +274,7 @@ def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report
     written = []
     for kind, indices in layers.items():
         q_labels, k_labels = sm.labels(kind)
-        q_name = "decoder input (predicts the next token)" if kind != "enc-self" else "source token"
-        k_name = "source token" if kind != "dec-self" else "decoder input"
+        q_name, k_name = axis_names(kind)
         path = stem.with_name(f"{stem.name}-{kind}.png")
         attention_grid(sm.maps[kind][indices].numpy(), [i + 1 for i in indices], q_labels, k_labels,
                        f"{TITLES[kind]} — {sm.source!r} → {sm.translation!r}", path, q_name, k_name)
