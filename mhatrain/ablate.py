@@ -6,6 +6,7 @@ parameters and compute are the same at every grid point, only the way attention 
 A study directory:
     study.yaml            the grid (heads, seeds), the source config and its --set overrides
     base-config.yaml      the resolved config every grid point starts from
+    provenance.json       one session per `mhatrain ablate`: command, code, software, machine (provenance.py)
     h08-seed1/ ...        one run directory per grid point, laid out with its config.yaml when the study
                           is recorded; `mhatrain train` fills it, then `mhatrain eval` adds
                           eval/valid.beamK.json and eval/test.beamK.json
@@ -46,7 +47,7 @@ from .distributed import read_launch
 from .errors import MhatrainError
 from .export import portable_text
 from .io import atomic_write_text, read_json
-from .provenance import code_version
+from .provenance import PROVENANCE_FILE, code_version, record_session, session
 
 STUDY_FILE = "study.yaml"
 BASE_CONFIG = "base-config.yaml"
@@ -272,7 +273,7 @@ def _discard_study(study_dir: Path, console: Console) -> None:
             removed += 1
         elif path.name == "logs" and path.is_dir():
             shutil.rmtree(path)
-        elif path.is_file() and (path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG)):
+        elif path.is_file() and (path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)):
             path.unlink()
     console.print(f"--overwrite: deleted the {removed} run directories of the previous study in {study_dir}")
 
@@ -490,6 +491,7 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
     study_dir = Path(out) if out is not None else Path("studies") / Path(config_path).stem
     with study_lock(study_dir):
         study = open_study(study_dir, config, Path(config_path), overrides, heads, seeds, points, overwrite, console)
+        record_session(study_dir, session(dry_run=dry_run))
         if dry_run:
             _print_commands(study, extras, console)
             return None

@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from . import provenance
 from .checkpoint import open_run
 from .config import Config, apply_override, validate
 from .data import Tokenizer, load_split
@@ -87,7 +88,9 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
     result = score(hyps, corpus.tgt)
     result.update(split=split, source=corpus.name, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
-                  sentences_per_s=round(len(hyps) / seconds, 1))
+                  sentences_per_s=round(len(hyps) / seconds, 1),
+                  provenance=provenance.session(run.device, {split: provenance.corpus_record(corpus)},
+                                                Path(run_dir) / "spm.model"))
     out_dir = Path(run_dir) / "eval"
     stem = f"{split}.beam{beam}" + ("" if which == "best" else f".{which}")
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from . import data as D
+from . import provenance
 from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
                          save_checkpoint)
 from .config import Config, dump_config
@@ -60,6 +61,7 @@ class Prepared:
     valid: D.Encoded
     valid_refs: list[str]
     valid_src: list[list[int]]
+    sources: dict  # "train", "valid": where the text came from (provenance.corpus_record)
 
 
 def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
@@ -67,8 +69,7 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     cfg = config.data
     train_corpus = D.load_split(cfg, cfg.train_split)
     if cfg.max_train_examples:
-        keep = cfg.max_train_examples
-        train_corpus = D.Corpus(train_corpus.name, train_corpus.src[:keep], train_corpus.tgt[:keep])
+        train_corpus = train_corpus.head(cfg.max_train_examples)
     valid_corpus = D.load_split(cfg, cfg.valid_split)
     existing = run_dir / "spm.model"
     source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, train_corpus, log)
@@ -86,7 +87,8 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     keep = [k for k in range(len(valid)) if valid.src[k] and valid.tgt[k]]
     valid_loss = D.Encoded([valid.src[k][: cfg.max_length] for k in keep],
                            [valid.tgt[k][: cfg.max_length] for k in keep], keep)
-    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src)
+    sources = {"train": provenance.corpus_record(train_corpus), "valid": provenance.corpus_record(valid_corpus)}
+    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src, sources)
 
 
 # ----------------------------------------------------------------------------- loss and validation
@@ -250,6 +252,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
+    if procs.is_main:  # a resumed run appends a session: it may continue on another machine
+        provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
+                                                              resumed=last is not None, processes=procs.world))
     vocab_fp = prepared.tokenizer.fingerprint()
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
