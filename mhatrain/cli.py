@@ -63,18 +63,45 @@ def train(
 @app.command("eval")
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    split: str = typer.Option("test", "--split", help="train, valid, test, or a split name of the data source."),
+    split: Optional[str] = typer.Option(None, "--split", help="train, valid, test, or a split name of the data "
+                                        "source (default: test)."),
+    src: Optional[Path] = typer.Option(None, "--src", help="Translate this source file instead (plain or .gz)..."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="...and score against this reference file."),
+    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or a named sacreBLEU test set "
+                                                "(e.g. wmt14), read from sacreBLEU's cache."),
+    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair "
+                                           "(default: data.src_lang-data.tgt_lang)."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
-    """Translate a split with beam search and score it with sacreBLEU and chrF."""
+    """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
     from .runner import evaluate_run
 
     if checkpoint not in ("best", "last", "averaged"):
         raise MhatrainError(f"--checkpoint must be best, last or averaged, got {checkpoint!r}")
-    evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console)
+    evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console, src, ref, sacrebleu_set, langpair)
+
+
+@app.command()
+def score(
+    hyp: Path = typer.Option(..., "--hyp", help="Hypotheses: detokenised text, one sentence per line (plain or .gz)."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="References, line by line with --hyp (plain or .gz)."),
+    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or the references of a named "
+                                                "sacreBLEU test set (e.g. wmt14), read from sacreBLEU's cache."),
+    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair, e.g. en-de."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores, signatures and provenance as JSON."),
+):
+    """Score an existing hypothesis file: sacreBLEU BLEU, chrF and lowercased BLEU, with signatures."""
+    from .evaluate import score_files, show_scores
+    from .io import atomic_write_json
+
+    result = score_files(hyp, ref, sacrebleu_set, langpair)
+    show_scores(result, f"{hyp} against {result['references']} ({result['sentences']} sentences)", console)
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        console.print(f"report: {json_path}")
 
 
 @app.command()
