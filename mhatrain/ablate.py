@@ -43,6 +43,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from .checkpoint import config_differences
 from .config import Config, apply_override, dump_config, load_config, validate
+from .dashboard import check_available as check_tensorboard
 from .distributed import read_launch
 from .errors import MhatrainError
 from .export import portable_text
@@ -56,7 +57,7 @@ POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
 GRID_KEYS = {"model.n_heads", "train.seed"}  # set per grid point, so the base config's values do not matter
 # Keys that change how a run executes, not what it computes: a study may be continued with other values.
 EXECUTION_KEYS = {"train.threads", "train.device", "train.log_every", "train.compile", "decode.batch_tokens",
-                  "data.cache_dir", "train.dist_backend"}
+                  "data.cache_dir", "train.dist_backend", "train.tensorboard"}
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -485,6 +486,8 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
         raise MhatrainError("ablate starts its runs itself: run it as `mhatrain ablate`, not under torchrun")
     devices = parse_devices(devices_text)
     config = load_config(config_path, overrides)
+    if config.train.tensorboard:  # before the first point trains, not at each point
+        check_tensorboard()
     _absolute_cache_dir(config)
     extras = slot_overrides(jobs, devices, config.train.threads)
     heads, seeds, points = plan_study(config, str(config_path), heads_text, seeds_text, extras)

@@ -39,6 +39,8 @@ def train(
                                     "adjust train.accum_steps to keep the tokens per update."),
     new_batch: bool = typer.Option(False, "--new-batch", help="With --resume: accept another number of tokens per "
                                    "update (processes × train.accum_steps × train.max_tokens)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tensorboard "
+                                     "(as --set train.tensorboard=true; needs pip install 'mhatrain[tensorboard]')."),
 ):
     """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""
     from .config import load_config
@@ -49,7 +51,7 @@ def train(
         raise MhatrainError("--keep-batch and --new-batch exclude each other: keep the tokens per update, or change them")
     if (keep_batch or new_batch) and not resume:
         raise MhatrainError(f"{'--keep-batch' if keep_batch else '--new-batch'} applies to --resume only")
-    cfg = load_config(config, set_ or [])
+    cfg = load_config(config, [*(set_ or []), *(["train.tensorboard=true"] if tensorboard else [])])
     run_dir = out or Path("runs") / config.stem
     out_console = console if is_main_process() else Console(quiet=True)  # under torchrun, rank 0 speaks for all
     out_console.print(f"run directory: {run_dir}")

@@ -34,6 +34,7 @@ from .distributed import Group, process_group
 from .loss import smoothed_cross_entropy
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
+from .dashboard import Dashboard, check_available as check_tensorboard
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
@@ -245,6 +246,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         console = Console(quiet=True)  # rank 0 speaks for all
     log = console.print if console is not None else print
     t = config.train
+    if t.tensorboard:
+        check_tensorboard()  # before any data is read or any model is built
     last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
     if t.threads:
         torch.set_num_threads(t.threads)
@@ -302,7 +305,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         f"tokens per update; {per_epoch} updates per epoch")
     model.train()
     signalled = None
-    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
+    board = t.tensorboard and procs.is_main
+    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display, \
+            MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics:
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             while progress.batch_in_epoch < len(batches):
@@ -322,7 +327,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
                               "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
                     if procs.is_main:
-                        append_jsonl(run_dir / "metrics.jsonl", record)
+                        metrics.write(record)
                     display.log(record)
                 if not skipped:
                     display.advance(progress.step, stats)
@@ -331,7 +336,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     progress.epoch += 1
                     progress.batch_in_epoch = 0
                 if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
-                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
+                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
                     checkpoint()
                 elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
                     checkpoint()
@@ -346,7 +351,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
         if progress.finished and procs.broadcast(procs.is_main and not _validated_at(run_dir, progress.step)):
-            _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
+            _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
         progress.finished = True
         progress.stop_reason = progress.stop_reason or f"reached max_epochs={t.max_epochs}"
         checkpoint()
@@ -476,7 +481,8 @@ def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log) 
         )
 
 
-def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display) -> None:
+def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display,
+                        metrics: "MetricsLog") -> None:
     t = config.train
     started = time.perf_counter()
     result = validate(model, prepared, config, device)
@@ -492,15 +498,37 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
         progress.bad_validations += 1
     record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
               "valid_seconds": round(time.perf_counter() - started, 1)}
-    append_jsonl(run_dir / "metrics.jsonl", record)
+    metrics.write(record)
     display.log(record)
 
 
-def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display) -> None:
+def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display,
+                      metrics: "MetricsLog") -> None:
     """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
     if procs.is_main:
-        _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display)
+        _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display, metrics)
     vars(progress).update(procs.broadcast(vars(progress)))
+
+
+class MetricsLog:
+    """metrics.jsonl, and the same records as TensorBoard scalars when `board` is on (train.tensorboard,
+    rank 0). resume_step: the update a resumed run continues from (see Dashboard)."""
+
+    def __init__(self, run_dir: Path, board: bool, resume_step: int | None):
+        self.path = run_dir / "metrics.jsonl"
+        self.board = Dashboard(run_dir, resume_step) if board else None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.board is not None:
+            self.board.close()
+
+    def write(self, record: dict) -> None:
+        append_jsonl(self.path, record)
+        if self.board is not None:
+            self.board.log(record)
 
 
 def _validated_at(run_dir: Path, step: int) -> bool:
