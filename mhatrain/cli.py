@@ -144,11 +144,24 @@ def ablate(
     devices: Optional[str] = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Record the study, print each point's command, train nothing."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Run each point as a job through submitit: slurm, "
+                                           "or local (subprocesses on this machine). Needs pip install 'mhatrain[slurm]'."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="With --executor slurm: the SLURM partition."),
+    time_min: Optional[int] = typer.Option(None, "--time", help="With --executor: wall-clock limit per point, minutes."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="With --executor: GPUs per point."),
+    cpus: Optional[int] = typer.Option(None, "--cpus", help="With --executor: CPU cores per point (also train.threads)."),
 ):
     """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
     from .ablate import run_study
 
-    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console)
+    cluster = None
+    if executor is not None:
+        from .cluster import JobOptions
+
+        cluster = JobOptions(executor, partition, time_min, gpus, cpus)
+    elif any(v is not None for v in (partition, time_min, gpus, cpus)):
+        raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
+    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console, cluster)
 
 
 @app.command()
