@@ -255,9 +255,6 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
-    if procs.is_main:  # a resumed run appends a session: it may continue on another machine
-        provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
-                                                              resumed=last is not None, processes=procs.world))
     vocab_fp = prepared.tokenizer.fingerprint()
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
@@ -282,6 +279,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     if progress.finished:
         log(f"run already finished ({progress.stop_reason}); nothing to do")
         return _summary(progress, n_params, run_dir)
+    if procs.is_main:  # a resumed run appends a session: it may continue on another machine
+        provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
+                                                              resumed=last is not None, processes=procs.world))
     wrapped = procs.wrap(model)
     step_model = _maybe_compile(wrapped, t.compile, log)
 

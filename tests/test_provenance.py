@@ -43,6 +43,8 @@ def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, s
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     kept, second = read_sessions(out)
     assert kept == session and second["resumed"] is True and "--resume" in second["command"]
+    finished = run_cli("train", str(TINY), "--out", str(out), "--resume", *quick_sets(spm_cache, steps=6))
+    assert "nothing to do" in finished.stdout and len(read_sessions(out)) == 2  # a session that trained nothing: none
 
     evaluated = run_cli("eval", str(out), "--split", "test", "--beam", "1")
     assert evaluated.returncode == 0, evaluated.stderr
