@@ -6,10 +6,12 @@ parameters and compute are the same at every grid point, only the way attention 
 A study directory:
     study.yaml            the grid (heads, seeds), the source config and its --set overrides
     base-config.yaml      the resolved config every grid point starts from
+    provenance.json       one session per `mhatrain ablate`: command, code, software, machine (provenance.py)
     h08-seed1/ ...        one run directory per grid point, laid out with its config.yaml when the study
                           is recorded; `mhatrain train` fills it, then `mhatrain eval` adds
                           eval/valid.beamK.json and eval/test.beamK.json
     logs/h08-seed1.log    output of a point run in a subprocess (--jobs N)
+    jobs/                 with --executor slurm|local: submitit's files per job, jobs.json (cluster.py)
     report.md .csv .json .png, report-runs.csv   written by `mhatrain report` (and at the end of `ablate`)
 
 A grid point is three steps on base-config.yaml with `--set model.n_heads=H --set train.seed=S`:
@@ -42,11 +44,12 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from .checkpoint import config_differences, eval_path
 from .config import Config, apply_override, dump_config, load_config, validate
+from .dashboard import check_available as check_tensorboard
 from .distributed import read_launch, resolve_device
 from .errors import MhatrainError
 from .export import portable_text
 from .io import atomic_write_text, read_json
-from .provenance import code_version
+from .provenance import PROVENANCE_FILE, code_version, record_session, session
 from .runtime import slow_bf16_warning
 
 STUDY_FILE = "study.yaml"
@@ -56,7 +59,7 @@ POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
 GRID_KEYS = {"model.n_heads", "train.seed"}  # set per grid point, so the base config's values do not matter
 # Keys that change how a run executes, not what it computes: a study may be continued with other values.
 EXECUTION_KEYS = {"train.threads", "train.device", "train.log_every", "train.compile", "decode.batch_tokens",
-                  "data.cache_dir", "train.dist_backend"}
+                  "data.cache_dir", "train.dist_backend", "train.tensorboard"}
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -273,7 +276,7 @@ def _discard_study(study_dir: Path, console: Console) -> None:
             removed += 1
         elif path.name == "logs" and path.is_dir():
             shutil.rmtree(path)
-        elif path.is_file() and (path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG)):
+        elif path.is_file() and (path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)):
             path.unlink()
     console.print(f"--overwrite: deleted the {removed} run directories of the previous study in {study_dir}")
 
@@ -330,6 +333,14 @@ def point_commands(study: Study, point: Point, extra: list[str]) -> list[list[st
             *[[*python, "eval", run_dir, "--split", split] for split in EVAL_SPLITS]]
 
 
+def needed_commands(study: Study, point: Point, extra: list[str]) -> list[list[str]]:
+    """The commands of a point that its state still needs: training unless it has trained, and the
+    evaluations whose reports are missing."""
+    train_cmd, *eval_cmds = point_commands(study, point, extra)
+    needed = [] if study.state(point) in ("trained", "done") else [train_cmd]
+    return needed + [cmd for cmd, split in zip(eval_cmds, EVAL_SPLITS) if not study.eval_file(point, split).is_file()]
+
+
 def shell_line(commands: list[list[str]]) -> str:
     return " && ".join(shlex.join(argv) for argv in commands)
 
@@ -358,7 +369,7 @@ def _finished_files(study: Study, point: Point) -> tuple[dict, dict[str, dict]] 
     return summary, evals
 
 
-def _point_outcome(study: Study, point: Point) -> str:
+def point_outcome(study: Study, point: Point) -> str:
     files = _finished_files(study, point)
     if files is None:
         return ""
@@ -477,20 +488,35 @@ class GridDisplay:
 
 
 def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | None, overrides: list[str],
-              jobs: int, devices_text: str | None, dry_run: bool, overwrite: bool, console: Console) -> dict | None:
-    """`mhatrain ablate`: check, record, run every unfinished grid point, then report."""
+              jobs: int, devices_text: str | None, dry_run: bool, overwrite: bool, console: Console,
+              cluster=None) -> dict | None:
+    """`mhatrain ablate`: check, record, run every unfinished grid point, then report.
+
+    cluster: a cluster.JobOptions to run each point as a submitit job (SLURM, or local subprocesses)."""
+    if cluster is not None:
+        from .cluster import check_options
+
+        check_options(cluster, jobs, devices_text)
     if jobs < 1:
         raise MhatrainError(f"--jobs must be at least 1, got {jobs}")
     if read_launch() is not None:  # every process would run the whole study, and its runs would join the group
         raise MhatrainError("ablate starts its runs itself: run it as `mhatrain ablate`, not under torchrun")
     devices = parse_devices(devices_text)
     config = load_config(config_path, overrides)
+    if config.train.tensorboard:  # before the first point trains, not at each point
+        check_tensorboard()
     _absolute_cache_dir(config)
-    extras = slot_overrides(jobs, devices, config.train.threads)
+    if cluster is not None:
+        from .cluster import point_settings
+
+        extras = [point_settings(cluster)]
+    else:
+        extras = slot_overrides(jobs, devices, config.train.threads)
     heads, seeds, points = plan_study(config, str(config_path), heads_text, seeds_text, extras)
     study_dir = Path(out) if out is not None else Path("studies") / Path(config_path).stem
     with study_lock(study_dir):
         study = open_study(study_dir, config, Path(config_path), overrides, heads, seeds, points, overwrite, console)
+        record_session(study_dir, session(dry_run=dry_run))
         if dry_run:
             _print_commands(study, extras, console)
             return None
@@ -503,7 +529,11 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
         if done_before:
             console.print(f"{done_before} of {len(study.points)} runs already finished: skipped")
         if todo:
-            if jobs == 1:
+            if cluster is not None:
+                from .cluster import run_jobs
+
+                run_jobs(study, todo, extras[0], cluster, done_before, console)
+            elif jobs == 1:
                 _run_here(study, todo, extras[0], done_before, console)
             else:
                 _run_subprocesses(study, todo, extras, done_before, console)
@@ -542,7 +572,7 @@ def _run_here(study: Study, todo: list[Point], extra: list[str], done_before: in
                 console.print(f"study interrupted during {point.name}: run the same `mhatrain ablate` command "
                               f"again to continue from its last checkpoint", highlight=False)
                 raise
-            grid.finish(point, _point_outcome(study, point), seconds=point_seconds(study, point))
+            grid.finish(point, point_outcome(study, point), seconds=point_seconds(study, point))
 
 
 def _past_durations(study: Study, todo: list[Point]) -> list[float]:
@@ -580,9 +610,7 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
             if stopping.is_set():
                 return
             extra = extras[slot]
-            train_cmd, *eval_cmds = point_commands(study, point, extra)
-            needed = [] if study.state(point) == "trained" else [train_cmd]
-            needed += [cmd for cmd, split in zip(eval_cmds, EVAL_SPLITS) if not study.eval_file(point, split).is_file()]
+            needed = needed_commands(study, point, extra)
             log = study.log_path(point)
             log.parent.mkdir(parents=True, exist_ok=True)
             device = next((e.split("=", 1)[1] for e in extra if e.startswith("train.device=")), "")
@@ -608,7 +636,7 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
                 return
             if code:
                 failed[point.name] = log
-            grid.finish(point, _point_outcome(study, point) if not code else f"exit status {code}, see {log}",
+            grid.finish(point, point_outcome(study, point) if not code else f"exit status {code}, see {log}",
                         ok=not code, seconds=point_seconds(study, point) if not code else None)
         finally:
             slots.put(slot)

@@ -27,7 +27,7 @@ RESUMABLE_CHANGES = {
     "train.device", "train.checkpoint_every", "train.valid_every", "train.valid_max_sentences",
     "train.valid_beam", "train.compile", "train.max_bad_updates", "decode.beam", "decode.alpha", "decode.max_len_a",
     "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
-    "train.dist_backend",
+    "train.dist_backend", "train.tensorboard",
     "train.accum_steps",  # judged by `resume_accum_steps`: the tokens per update may change only when asked
 }
 

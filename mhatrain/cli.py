@@ -40,6 +40,8 @@ def train(
                                     "adjust train.accum_steps to keep the tokens per update."),
     new_batch: bool = typer.Option(False, "--new-batch", help="With --resume: accept another number of tokens per "
                                    "update (processes × train.accum_steps × train.max_tokens)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tensorboard "
+                                     "(as --set train.tensorboard=true; needs pip install 'mhatrain[tensorboard]')."),
 ):
     """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""
     from .config import load_config
@@ -50,7 +52,7 @@ def train(
         raise MhatrainError("--keep-batch and --new-batch exclude each other: keep the tokens per update, or change them")
     if (keep_batch or new_batch) and not resume:
         raise MhatrainError(f"{'--keep-batch' if keep_batch else '--new-batch'} applies to --resume only")
-    cfg = load_config(config, set_ or [])
+    cfg = load_config(config, [*(set_ or []), *(["train.tensorboard=true"] if tensorboard else [])])
     run_dir = out or Path("runs") / config.stem
     out_console = console if is_main_process() else Console(quiet=True)  # under torchrun, rank 0 speaks for all
     out_console.print(f"run directory: {run_dir}")
@@ -64,18 +66,45 @@ def train(
 @app.command("eval")
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    split: str = typer.Option("test", "--split", help="train, valid, test, or a split name of the data source."),
+    split: Optional[str] = typer.Option(None, "--split", help="train, valid, test, or a split name of the data "
+                                        "source (default: test)."),
+    src: Optional[Path] = typer.Option(None, "--src", help="Translate this source file instead (plain or .gz)..."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="...and score against this reference file."),
+    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or a named sacreBLEU test set "
+                                                "(e.g. wmt14), read from sacreBLEU's cache."),
+    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair "
+                                           "(default: data.src_lang-data.tgt_lang)."),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
 ):
-    """Translate a split with beam search and score it with sacreBLEU and chrF."""
+    """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
     from .runner import evaluate_run
 
     if checkpoint not in ("best", "last", "averaged"):
         raise MhatrainError(f"--checkpoint must be best, last or averaged, got {checkpoint!r}")
-    evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console)
+    evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console, src, ref, sacrebleu_set, langpair)
+
+
+@app.command()
+def score(
+    hyp: Path = typer.Option(..., "--hyp", help="Hypotheses: detokenised text, one sentence per line (plain or .gz)."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="References, line by line with --hyp (plain or .gz)."),
+    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or the references of a named "
+                                                "sacreBLEU test set (e.g. wmt14), read from sacreBLEU's cache."),
+    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair, e.g. en-de."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores, signatures and provenance as JSON."),
+):
+    """Score an existing hypothesis file: sacreBLEU BLEU, chrF and lowercased BLEU, with signatures."""
+    from .evaluate import score_files, show_scores
+    from .io import atomic_write_json
+
+    result = score_files(hyp, ref, sacrebleu_set, langpair)
+    show_scores(result, f"{hyp} against {result['references']} ({result['sentences']} sentences)", console)
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        console.print(f"report: {json_path}")
 
 
 @app.command()
@@ -116,11 +145,24 @@ def ablate(
     devices: Optional[str] = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Record the study, print each point's command, train nothing."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Run each point as a job through submitit: slurm, "
+                                           "or local (subprocesses on this machine). Needs pip install 'mhatrain[slurm]'."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="With --executor slurm: the SLURM partition."),
+    time_min: Optional[int] = typer.Option(None, "--time", help="With --executor: wall-clock limit per point, minutes."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="With --executor: GPUs per point."),
+    cpus: Optional[int] = typer.Option(None, "--cpus", help="With --executor: CPU cores per point (also train.threads)."),
 ):
     """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
     from .ablate import run_study
 
-    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console)
+    cluster = None
+    if executor is not None:
+        from .cluster import JobOptions
+
+        cluster = JobOptions(executor, partition, time_min, gpus, cpus)
+    elif any(v is not None for v in (partition, time_min, gpus, cpus)):
+        raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
+    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console, cluster)
 
 
 @app.command()

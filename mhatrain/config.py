@@ -81,6 +81,7 @@ class TrainConfig:
     patience: int = 0  # stop after this many validations without improvement (0 = never)
     checkpoint_every: int = 0  # also save last.pt every N updates (0 = only at validation)
     log_every: int = 50  # print a progress line every N updates
+    tensorboard: bool = False  # also write metrics as TensorBoard scalars to RUN_DIR/tensorboard (mhatrain[tensorboard])
     compile: bool = False  # torch.compile the model (falls back to eager if it fails)
     dist_backend: str = field(default="auto", metadata=_choices("auto", "nccl", "gloo"))  # torchrun: nccl on GPU, gloo on CPU
 

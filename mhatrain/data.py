@@ -12,7 +12,7 @@ import gzip
 import hashlib
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,9 +37,15 @@ class Corpus:
     name: str  # where it came from, for messages
     src: list[str]
     tgt: list[str]
+    files: tuple[Path, ...] = ()  # the local files read (provenance hashes them)
+    hub_fingerprint: str | None = None  # a hub dataset's fingerprint (its content hash, from `datasets`)
 
     def __len__(self) -> int:
         return len(self.src)
+
+    def head(self, n: int) -> "Corpus":
+        """The first n pairs, from the same source."""
+        return replace(self, src=self.src[:n], tgt=self.tgt[:n])
 
 
 # ----------------------------------------------------------------------------- sources
@@ -65,7 +71,7 @@ def _load_local(root: Path, split: str, src_lang: str, tgt_lang: str) -> Corpus:
                 raise DataError(
                     f"line counts differ: {src_file} has {len(src)} lines, {tgt_file} has {len(tgt)}"
                 )
-            return Corpus(f"{src_file}+{tgt_file.name}", src, tgt)
+            return Corpus(f"{src_file}+{tgt_file.name}", src, tgt, files=(src_file, tgt_file))
         if src_file or tgt_file:
             present = src_file or tgt_file
             missing = f"{name}.{tgt_lang if src_file else src_lang}[.gz]"
@@ -120,7 +126,7 @@ def _load_jsonl(path: Path, src_lang: str, tgt_lang: str) -> Corpus:
         s, t = _pair_from_row(row, src_lang, tgt_lang, f"{path}:{number}")
         src.append(s)
         tgt.append(t)
-    return Corpus(str(path), src, tgt)
+    return Corpus(str(path), src, tgt, files=(path,))
 
 
 def _pair_from_row(row, src_lang: str, tgt_lang: str, where: str) -> tuple[str, str]:
@@ -150,11 +156,12 @@ def _load_hub(cfg: DataConfig, split: str) -> Corpus:
         ) from None
     columns = set(ds.column_names)
     name = f"hub:{cfg.dataset}/{split}"
+    fingerprint = getattr(ds, "_fingerprint", None)
     if {cfg.src_lang, cfg.tgt_lang} <= columns:
-        return Corpus(name, list(ds[cfg.src_lang]), list(ds[cfg.tgt_lang]))
+        return Corpus(name, list(ds[cfg.src_lang]), list(ds[cfg.tgt_lang]), hub_fingerprint=fingerprint)
     if "translation" in columns:
         pairs = [_pair_from_row(r, cfg.src_lang, cfg.tgt_lang, f"{name} row {i}") for i, r in enumerate(ds["translation"])]
-        return Corpus(name, [p[0] for p in pairs], [p[1] for p in pairs])
+        return Corpus(name, [p[0] for p in pairs], [p[1] for p in pairs], hub_fingerprint=fingerprint)
     raise DataError(
         f"{name}: no fields '{cfg.src_lang}'/'{cfg.tgt_lang}' or 'translation' (columns: {', '.join(sorted(columns))})"
     )

@@ -333,7 +333,7 @@ def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
 
     corpus = D.load_split(run.config.data, split_name(run.config, split))
     if max_sentences:
-        corpus = D.Corpus(corpus.name, corpus.src[:max_sentences], corpus.tgt[:max_sentences])
+        corpus = corpus.head(max_sentences)
     encoded = D.encode_corpus(run.tokenizer, corpus, None)
     keep = [k for k in range(len(encoded)) if encoded.src[k] and encoded.tgt[k]]
     if not keep:

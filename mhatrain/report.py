@@ -26,7 +26,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from .ablate import BASE_CONFIG, STUDY_FILE, Point, parse_point_name
+from . import provenance
+from .ablate import BASE_CONFIG, EVAL_SPLITS, STUDY_FILE, Point, parse_point_name
 from .checkpoint import eval_path
 from .errors import MhatrainError
 from .export import portable_text
@@ -301,6 +302,9 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         notes.append(f"{len(code)} code versions ran this study (study.yaml): " + ", ".join(
             f"{c.get('commit') or c.get('version')}{' (dirty)' if c.get('dirty') else ''}" for c in code))
     signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
+    compared = provenance.compare({r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs
+                                   if r.status != "pending"})
+    notes += provenance.difference_notes(compared)
     return {
         "study_dir": study_dir.name, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "grid": grid, "baseline_heads": BASELINE_HEADS,
@@ -309,8 +313,14 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         "significance": tests,
         "claims": _claims(by_heads, tests),
         "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
-        "bleu_signatures": signatures, "notes": notes,
+        "bleu_signatures": signatures, "notes": notes, "provenance": compared,
     }
+
+
+def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
+    """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
+    evals = [read_json(run_dir / "eval" / f"{split}.beam{beam}.json") or {} for split in EVAL_SPLITS]
+    return [*provenance.read_sessions(run_dir), *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict))]
 
 
 def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) -> dict:
@@ -515,7 +525,7 @@ def to_markdown(report: dict) -> str:
                    f"d_k = d_v = d_model / h, so parameters stay constant"
                    + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else "."))
         out.append("")
-    out += [_code_line(grid), ""]
+    out += [_code_line(grid), "", provenance.summary_line(report["provenance"]).replace("provenance:", "Provenance:", 1), ""]
     out += ["## Conclusion", "", report["claims"]["conclusion"], ""]
     out += ["## By number of heads (mean ± std over seeds)", "",
             _md_table(HEADERS, [_row_cells(row) for row in report["by_heads"]]), "",
@@ -655,6 +665,7 @@ def show(report: dict, console: Console) -> None:
     console.print(f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
                   f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}", highlight=False)
     console.print(claims["conclusion"], highlight=False)
+    console.print(provenance.summary_line(report["provenance"]), highlight=False)
     for note in report["notes"]:
         console.print(f"note: {note}", highlight=False)
 

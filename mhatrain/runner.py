@@ -9,14 +9,14 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
+from . import provenance
 from .checkpoint import eval_stem, open_run
 from .config import Config, apply_override, validate
 from .data import Tokenizer, load_split
 from .decode import translate
 from .errors import MhatrainError
-from .evaluate import score
+from .evaluate import read_aligned, sacrebleu_test_set, score, show_scores
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
 from .distributed import resolve_device
@@ -73,36 +73,72 @@ def split_name(config: Config, split: str) -> str:
             "validation": config.data.valid_split, "test": config.data.test_split}.get(split, split)
 
 
-def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | None, which: str,
-                 overrides: list[str], console: Console) -> dict:
+@dataclass
+class EvalText:
+    """What an evaluation translates and scores."""
+
+    name: str  # names the eval files: a split, a source file's name, or a sacreBLEU test set
+    src: list[str]
+    ref: list[str]
+    description: str  # where the text came from, for the report
+    data: dict  # its provenance (provenance.corpus_record or files_record)
+
+
+def eval_text(config: Config, split: str | None, src: Path | None = None, ref: Path | None = None,
+              sacrebleu_set: str | None = None, langpair: str | None = None) -> EvalText:
+    """A split of the config's source (default: test), a pair of files, or a named sacreBLEU test set."""
+    chosen = [option for option, given in (("--split", split), ("--src/--ref", src or ref),
+                                           ("--sacrebleu-set", sacrebleu_set)) if given]
+    if len(chosen) > 1:
+        raise MhatrainError(f"{' and '.join(chosen)} exclude each other: evaluate one text at a time")
+    if (src is None) != (ref is None):
+        raise MhatrainError(f"{'--src' if src else '--ref'} needs {'--ref' if src else '--src'}: "
+                            f"a source file and its reference file")
+    if langpair is not None and sacrebleu_set is None:
+        raise MhatrainError("--langpair goes with --sacrebleu-set")
+    model_pair = f"{config.data.src_lang}-{config.data.tgt_lang}"
+    if sacrebleu_set is not None:
+        if langpair not in (None, model_pair):
+            raise MhatrainError(f"--langpair {langpair}: the model translates {model_pair} "
+                                f"(data.src_lang, data.tgt_lang)")
+        src, ref = sacrebleu_test_set(sacrebleu_set, model_pair)
+        name = f"{sacrebleu_set.replace('/', '_')}.{model_pair}"
+        return EvalText(name, *read_aligned({"source": src, "reference": ref}), f"sacrebleu:{sacrebleu_set}/{model_pair}",
+                        {**provenance.files_record(src, ref), "sacrebleu_set": sacrebleu_set, "langpair": model_pair})
+    if src is not None:
+        name = Path(src).name.removesuffix(".gz")
+        return EvalText(name, *read_aligned({"--src": src, "--ref": ref}), f"{src}+{ref}",
+                        provenance.files_record(src, ref))
+    split = split or "test"
+    corpus = load_split(config.data, split_name(config, split))
+    return EvalText(split, corpus.src, corpus.tgt, corpus.name, provenance.corpus_record(corpus))
+
+
+def evaluate_run(run_dir: Path, split: str | None, beam: int | None, alpha: float | None, which: str,
+                 overrides: list[str], console: Console, src: Path | None = None, ref: Path | None = None,
+                 sacrebleu_set: str | None = None, langpair: str | None = None) -> dict:
+    """Translate a text (see eval_text) with beam search, score it, write eval/NAME.beamK.{hyp.txt,json}."""
     run = load_run(run_dir, which, overrides, strict=True)
     beam = beam or run.config.decode.beam
     own_alpha = alpha is not None and alpha != run.config.decode.alpha  # named in the file: others don't overwrite
     alpha = run.config.decode.alpha if alpha is None else alpha
-    corpus = load_split(run.config.data, split_name(run.config, split))
-    console.print(f"translating {len(corpus)} sentences of '{split}' with beam {beam}, alpha {alpha} "
+    text = eval_text(run.config, split, src, ref, sacrebleu_set, langpair)
+    console.print(f"translating {len(text.src)} sentences of '{text.name}' with beam {beam}, alpha {alpha} "
                   f"({which} checkpoint, update {run.step})")
     started = time.perf_counter()
-    hyps = translate(run.model, run.tokenizer, corpus.src, run.config.decode, run.device, beam, alpha,
+    hyps = translate(run.model, run.tokenizer, text.src, run.config.decode, run.device, beam, alpha,
                      run.config.train.precision)
     seconds = time.perf_counter() - started
-    result = score(hyps, corpus.tgt)
-    result.update(split=split, source=corpus.name, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
+    result = score(hyps, text.ref)
+    result.update(split=text.name, source=text.description, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
-                  sentences_per_s=round(len(hyps) / seconds, 1))
+                  sentences_per_s=round(len(hyps) / seconds, 1),
+                  provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"))
     out_dir = Path(run_dir) / "eval"
-    stem = eval_stem(split, beam, which, alpha if own_alpha else None)
+    stem = eval_stem(text.name, beam, which, alpha if own_alpha else None)
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write_json(out_dir / f"{stem}.json", result)
-    table = Table(title=f"{run_dir} — {split} ({len(hyps)} sentences, beam {beam}, alpha {alpha})")
-    table.add_column("metric")
-    table.add_column("score", justify="right")
-    table.add_row("BLEU (sacreBLEU: cased, detokenised)", f"{result['bleu']:.2f}")
-    table.add_row("chrF", f"{result['chrf']:.2f}")
-    table.add_row("BLEU lowercased, 13a-tokenised (for the literature)", f"{result['bleu_lowercased_tokenized']:.2f}")
-    console.print(table)
-    console.print(f"BLEU signature: {result['bleu_signature']}\nchrF signature: {result['chrf_signature']}\n"
-                  f"lowercased BLEU signature: {result['bleu_lowercased_tokenized_signature']}", highlight=False)
+    show_scores(result, f"{run_dir} — {text.name} ({len(hyps)} sentences, beam {beam}, alpha {alpha})", console)
     console.print(f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
                   f"({result['sentences_per_s']} sentences/s)")
     return result

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from . import data as D
+from . import provenance
 from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
                          save_checkpoint)
 from .config import Config, dump_config
@@ -33,6 +34,7 @@ from .distributed import Group, process_group
 from .loss import smoothed_cross_entropy
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
+from .dashboard import Dashboard, check_available as check_tensorboard
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
@@ -61,6 +63,7 @@ class Prepared:
     valid: D.Encoded
     valid_refs: list[str]
     valid_src: list[list[int]]
+    sources: dict  # "train", "valid": where the text came from (provenance.corpus_record)
 
 
 def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
@@ -68,8 +71,7 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     cfg = config.data
     train_corpus = D.load_split(cfg, cfg.train_split)
     if cfg.max_train_examples:
-        keep = cfg.max_train_examples
-        train_corpus = D.Corpus(train_corpus.name, train_corpus.src[:keep], train_corpus.tgt[:keep])
+        train_corpus = train_corpus.head(cfg.max_train_examples)
     valid_corpus = D.load_split(cfg, cfg.valid_split)
     existing = run_dir / "spm.model"
     source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, train_corpus, log)
@@ -87,7 +89,8 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     keep = [k for k in range(len(valid)) if valid.src[k] and valid.tgt[k]]
     valid_loss = D.Encoded([valid.src[k][: cfg.max_length] for k in keep],
                            [valid.tgt[k][: cfg.max_length] for k in keep], keep)
-    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src)
+    sources = {"train": provenance.corpus_record(train_corpus), "valid": provenance.corpus_record(valid_corpus)}
+    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src, sources)
 
 
 # ----------------------------------------------------------------------------- loss and validation
@@ -244,6 +247,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         console = Console(quiet=True)  # rank 0 speaks for all
     log = console.print if console is not None else print
     t = config.train
+    if t.tensorboard:
+        check_tensorboard()  # before any data is read or any model is built
     last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
     if t.threads:
         torch.set_num_threads(t.threads)
@@ -277,6 +282,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     if progress.finished:
         log(f"run already finished ({progress.stop_reason}); nothing to do")
         return _summary(progress, n_params, run_dir)
+    if procs.is_main:  # a resumed run appends a session: it may continue on another machine
+        provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
+                                                              resumed=last is not None, processes=procs.world))
     wrapped = procs.wrap(model)
     step_model = _maybe_compile(wrapped, t.compile, log)
 
@@ -300,7 +308,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         f"tokens per update; {per_epoch} updates per epoch")
     model.train()
     signalled = None
-    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
+    board = t.tensorboard and procs.is_main
+    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display, \
+            MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics:
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             while progress.batch_in_epoch < len(batches):
@@ -320,7 +330,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
                               "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
                     if procs.is_main:
-                        append_jsonl(run_dir / "metrics.jsonl", record)
+                        metrics.write(record)
                     display.log(record)
                 if not skipped:
                     display.advance(progress.step, stats)
@@ -329,7 +339,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     progress.epoch += 1
                     progress.batch_in_epoch = 0
                 if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
-                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
+                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
                     checkpoint()
                 elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
                     checkpoint()
@@ -344,7 +354,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
         if progress.finished and procs.broadcast(procs.is_main and not _validated_at(run_dir, progress.step)):
-            _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
+            _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
         progress.finished = True
         progress.stop_reason = progress.stop_reason or f"reached max_epochs={t.max_epochs}"
         checkpoint()
@@ -474,7 +484,8 @@ def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log) 
         )
 
 
-def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display) -> None:
+def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display,
+                        metrics: "MetricsLog") -> None:
     t = config.train
     started = time.perf_counter()
     result = validate(model, prepared, config, device)
@@ -490,15 +501,37 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
         progress.bad_validations += 1
     record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
               "valid_seconds": round(time.perf_counter() - started, 1)}
-    append_jsonl(run_dir / "metrics.jsonl", record)
+    metrics.write(record)
     display.log(record)
 
 
-def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display) -> None:
+def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display,
+                      metrics: "MetricsLog") -> None:
     """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
     if procs.is_main:
-        _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display)
+        _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display, metrics)
     vars(progress).update(procs.broadcast(vars(progress)))
+
+
+class MetricsLog:
+    """metrics.jsonl, and the same records as TensorBoard scalars when `board` is on (train.tensorboard,
+    rank 0). resume_step: the update a resumed run continues from (see Dashboard)."""
+
+    def __init__(self, run_dir: Path, board: bool, resume_step: int | None):
+        self.path = run_dir / "metrics.jsonl"
+        self.board = Dashboard(run_dir, resume_step) if board else None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.board is not None:
+            self.board.close()
+
+    def write(self, record: dict) -> None:
+        append_jsonl(self.path, record)
+        if self.board is not None:
+            self.board.log(record)
 
 
 def _validated_at(run_dir: Path, step: int) -> bool:
