@@ -309,14 +309,12 @@ def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
     if max_sentences:
         corpus = D.Corpus(corpus.name, corpus.src[:max_sentences], corpus.tgt[:max_sentences])
     encoded = D.encode_corpus(run.tokenizer, corpus, None)
-    keep = [k for k in range(len(encoded)) if encoded.src[k] and encoded.tgt[k]]
-    if not keep:
+    pairs = D.loss_pairs(encoded, run.config.data.max_length)
+    if not len(pairs):
         raise MhatrainError(f"{corpus.name}: no non-empty sentence pairs to judge heads on")
-    max_length = run.config.data.max_length
-    pairs = D.Encoded([encoded.src[k][:max_length] for k in keep], [encoded.tgt[k][:max_length] for k in keep], keep)
     batches = [D.collate(pairs, indices).to(run.device)
                for indices in D.batch_indices(D.pair_lengths(pairs), run.config.train.max_tokens)]
-    return EvalSet(corpus.name, encoded.src, corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
+    return EvalSet(corpus.name, encoded.src.tolist(), corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
 
 
 def open_gates(model: Transformer, device, requires_grad: bool = False) -> HeadGates:

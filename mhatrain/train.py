@@ -36,6 +36,7 @@ from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
+from .tokens import load_encoded, save_encoded
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -63,30 +64,35 @@ class Prepared:
 
 
 def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
-    """Load train/validation text, train or reuse the tokenizer, encode and filter."""
+    """Train or reuse the tokenizer, then map the encoded training split from the cache, or encode,
+    filter and cache it first; encode the (small) validation split."""
     cfg = config.data
-    train_corpus = D.load_split(cfg, cfg.train_split)
-    if cfg.max_train_examples:
-        keep = cfg.max_train_examples
-        train_corpus = D.Corpus(train_corpus.name, train_corpus.src[:keep], train_corpus.tgt[:keep])
-    valid_corpus = D.load_split(cfg, cfg.valid_split)
+    data_key = D.train_data_key(cfg)
     existing = run_dir / "spm.model"
-    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, train_corpus, log)
+    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, log, data_key)
     tokenizer = D.install_tokenizer(source, run_dir)
-    train = D.encode_corpus(tokenizer, train_corpus, cfg.max_length)
-    if len(train) == 0:
-        raise D.DataError(f"{train_corpus.name}: no training pairs left after filtering")
+    cache = D.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
+    train = load_encoded(cache)
+    if train is not None:
+        log(f"data: mapped the encoded training data from {cache}")
+    else:
+        started = time.perf_counter()
+        corpus = D.load_train_corpus(cfg)
+        encoded = D.encode_corpus(tokenizer, corpus, cfg.max_length)
+        if len(encoded) == 0:
+            raise D.DataError(f"{corpus.name}: no training pairs left after filtering")
+        save_encoded(cache, encoded)
+        del encoded, corpus  # the text and the arrays: from now on the cache's mapped pages serve
+        train = load_encoded(cache)
+        log(f"data: encoded the training data in {time.perf_counter() - started:.1f}s, cached in {cache}")
+    valid_corpus = D.load_split(cfg, cfg.valid_split)
     log(
-        f"data: {len(train)} training pairs kept of {len(train_corpus)} "
+        f"data: {len(train)} training pairs kept of {len(train) + train.dropped_empty + train.dropped_long} "
         f"({train.dropped_empty} empty, {train.dropped_long} longer than {cfg.max_length} tokens dropped); "
         f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
     )
     valid = D.encode_corpus(tokenizer, valid_corpus, None)
-    # Validation loss needs non-empty pairs; BLEU is scored on every sentence.
-    keep = [k for k in range(len(valid)) if valid.src[k] and valid.tgt[k]]
-    valid_loss = D.Encoded([valid.src[k][: cfg.max_length] for k in keep],
-                           [valid.tgt[k][: cfg.max_length] for k in keep], keep)
-    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src)
+    return Prepared(tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist())
 
 
 # ----------------------------------------------------------------------------- loss and validation
@@ -386,8 +392,8 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
 
 
 def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> Prepared:
-    """Rank 0 prepares the data first (it may train the tokenizer, and installs it in the run directory);
-    the others then read that tokenizer, so that every rank encodes the data alike."""
+    """Rank 0 prepares the data first (it may train the tokenizer, installs it in the run directory, and
+    encodes and caches the training data); the others then read that tokenizer and map that cache."""
     if procs.is_main:
         prepared = prepare_data(config, run_dir, log)
     procs.barrier()
