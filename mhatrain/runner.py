@@ -31,6 +31,7 @@ class LoadedRun:
     tokenizer: Tokenizer
     device: torch.device
     step: int
+    averaged: dict  # for averaged.pt: the checkpoints it averages (averaged_from) and their updates; else empty
 
 
 def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> LoadedRun:
@@ -49,7 +50,8 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = ()) -> L
     except RuntimeError as exc:
         raise MhatrainError(f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})") from None
     model.to(device).eval()
-    return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)))
+    averaged = {k: state[k] for k in ("averaged_from", "averaged_steps") if k in state}
+    return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)), averaged)
 
 
 def _warn(message: str) -> None:
@@ -78,8 +80,9 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
     beam = beam or run.config.decode.beam
     alpha = run.config.decode.alpha if alpha is None else alpha
     corpus = load_split(run.config.data, split_name(run.config, split))
+    averaged = f" of updates {', '.join(map(str, run.averaged['averaged_steps']))}" if run.averaged else ""
     console.print(f"translating {len(corpus)} sentences of '{split}' with beam {beam}, alpha {alpha} "
-                  f"({which} checkpoint, update {run.step})")
+                  f"({which} checkpoint{averaged}, update {run.step})")
     started = time.perf_counter()
     hyps = translate(run.model, run.tokenizer, corpus.src, run.config.decode, run.device, beam, alpha,
                      run.config.train.precision)
@@ -87,7 +90,7 @@ def evaluate_run(run_dir: Path, split: str, beam: int | None, alpha: float | Non
     result = score(hyps, corpus.tgt)
     result.update(split=split, source=corpus.name, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
-                  sentences_per_s=round(len(hyps) / seconds, 1))
+                  sentences_per_s=round(len(hyps) / seconds, 1), **run.averaged)
     out_dir = Path(run_dir) / "eval"
     stem = f"{split}.beam{beam}" + ("" if which == "best" else f".{which}")
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))

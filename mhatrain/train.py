@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from . import data as D
-from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
-                         save_checkpoint)
-from .config import Config, dump_config
+from .checkpoint import (check_compatible, drop_snapshots_after, is_run_dir, load_latest, remove_partial_writes,
+                         resume_accum_steps, save_checkpoint, save_snapshot)
+from .config import Config, accum_steps_for, dump_config
 from .decode import translate_ids
 from .distributed import Group, process_group
 from .loss import smoothed_cross_entropy
@@ -270,8 +270,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         progress.finished = bool(progress.stop_reason)
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
     _restore_rng(last, procs, t.seed, progress.step)
-    if procs.is_main:
-        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
+    if procs.is_main:  # records and snapshots past the checkpoint are redone
+        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
+        drop_snapshots_after(run_dir, progress.step)
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
     if procs.launched:
@@ -283,7 +284,12 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     wrapped = procs.wrap(model)
     step_model = _maybe_compile(wrapped, t.compile, log)
 
-    def checkpoint():
+    saved_at = time.monotonic()
+
+    def checkpoint(snapshot: bool = True):
+        """last.pt (every process's random state included) and, with train.keep_checkpoints, a snapshot of
+        the weights; not on a signal, which would add one at an irregular interval."""
+        nonlocal saved_at
         rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
         if procs.is_main:
             save_checkpoint(run_dir / "last.pt", {
@@ -291,16 +297,32 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 "rng": rng[0], **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
                 "config": config.to_dict(), "vocab_fingerprint": vocab_fp, "vocab_size": prepared.tokenizer.vocab_size,
             })
+            if snapshot and t.keep_checkpoints:
+                save_snapshot(run_dir, _weights(model, config, progress, prepared.tokenizer), t.keep_checkpoints)
         procs.barrier()
+        saved_at = time.monotonic()
+
+    def checkpoint_due(skipped: bool) -> bool:
+        """train.checkpoint_every updates or train.checkpoint_every_minutes have passed (by any process's
+        clock: all of them must agree to checkpoint together)."""
+        if skipped:
+            return False
+        if t.checkpoint_every and progress.step % t.checkpoint_every == 0:
+            return True
+        if not t.checkpoint_every_minutes:
+            return False
+        return bool(procs.max(int(time.monotonic() - saved_at >= 60 * t.checkpoint_every_minutes)))
 
     lengths = D.pair_lengths(prepared.train)
-    per_update = procs.world * t.accum_steps  # batches per update, all processes together
+    accum = accum_steps_for(t, procs.world)
+    per_update = procs.world * accum  # batches per update, all processes together
     per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
     total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
     progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
     processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
-    log(f"batches: ≤{t.max_tokens} tokens × {t.accum_steps} accumulation{processes} = ≤{progress.tokens_per_update} "
-        f"tokens per update; {per_epoch} updates per epoch")
+    asked = f" (train.tokens_per_update={t.tokens_per_update})" if t.tokens_per_update else ""
+    log(f"batches: ≤{t.max_tokens} tokens × {accum} accumulation{processes} = ≤{progress.tokens_per_update} "
+        f"tokens per update{asked}; {per_epoch} updates per epoch")
     model.train()
     signalled = None
     with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
@@ -334,7 +356,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
                     _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
                     checkpoint()
-                elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
+                elif checkpoint_due(skipped):
                     checkpoint()
                 progress.stop_reason = stop_reason(progress, t)
                 progress.finished = bool(progress.stop_reason)
@@ -342,7 +364,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 if progress.finished or signalled or end_of_epoch:
                     break
             if signalled and not progress.finished:
-                checkpoint()
+                checkpoint(snapshot=False)
                 log(f"received {signalled}: checkpoint saved at update {progress.step}; "
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
@@ -377,10 +399,16 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
     if last is not None:
         t = config.train
         accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / "last.pt"))
-        if accum != t.accum_steps:
-            log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
-                f"{procs.world * accum * t.max_tokens} tokens per update")
-            t.accum_steps = accum
+        if accum != accum_steps_for(t, procs.world):
+            tokens = procs.world * accum * t.max_tokens
+            if t.tokens_per_update:
+                log(f"train.tokens_per_update: {t.tokens_per_update} → {tokens} for {procs.world} × {accum} × "
+                    f"{t.max_tokens}")
+                t.tokens_per_update = tokens
+            else:
+                log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
+                    f"{tokens} tokens per update")
+                t.accum_steps = accum
         check_compatible(last, config, str(run_dir / "last.pt"))
     if procs.is_main:
         try:
@@ -486,15 +514,19 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
     improved = progress.best_score is None or score > progress.best_score
     if improved:
         progress.best_score, progress.best_step, progress.bad_validations = score, progress.step, 0
-        save_checkpoint(run_dir / "best.pt", {"model": model.state_dict(), "config": config.to_dict(),
-                                             "progress": asdict(progress), "vocab_fingerprint": prepared.tokenizer.fingerprint(),
-                                             "vocab_size": prepared.tokenizer.vocab_size})
+        save_checkpoint(run_dir / "best.pt", _weights(model, config, progress, prepared.tokenizer))
     else:
         progress.bad_validations += 1
     record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
               "valid_seconds": round(time.perf_counter() - started, 1)}
     append_jsonl(run_dir / "metrics.jsonl", record)
     display.log(record)
+
+
+def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) -> dict:
+    """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
+    return {"model": model.state_dict(), "config": config.to_dict(), "progress": asdict(progress),
+            "vocab_fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size}
 
 
 def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -95,6 +96,53 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     assert "checkpoint saved at update" in stdout and "--resume" in stdout
     assert "Traceback" not in stderr
     assert load_checkpoint(out / "last.pt")["progress"]["finished"] is False
+
+
+def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeypatch):
+    """Checkpoints every 5 updates keep the weights of the newest 3; `average --last 3` takes them;
+    a resume from an earlier checkpoint drops the snapshots after it."""
+    from mhatrain.average import average_checkpoints, last_snapshots
+    from mhatrain.checkpoint import list_snapshots
+
+    run = tmp_path / "run"
+    train(quiet_config(spm_cache, "train.max_steps=22", "train.checkpoint_every=5", "train.keep_checkpoints=3",
+                       "train.valid_bleu=false"), run, console=Silent())
+    assert [step for step, _ in list_snapshots(run)] == [15, 20, 22]  # 22: the final checkpoint
+    assert_same_weights(load_checkpoint(run / "snapshots" / "step00000022.pt")["model"], weights(run))
+    paths = last_snapshots(run, 3)
+    assert average_checkpoints(paths)["averaged_steps"] == [15, 20, 22]
+    with pytest.raises(CheckpointError, match="given twice"):
+        average_checkpoints([paths[0], paths[1], run / "snapshots" / ".." / "snapshots" / paths[0].name])
+    with pytest.raises(CheckpointError, match="holds 3 snapshot\\(s\\) in snapshots/, fewer than --last 5"):
+        last_snapshots(run, 5)
+    result = run_cli("average", str(run), "--last", "2")
+    assert result.returncode == 0, result.stderr
+    assert "step00000020.pt, step00000022.pt" in result.stdout
+    result = run_cli("eval", str(run), "--split", "valid", "--beam", "1", "--checkpoint", "averaged")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((run / "eval" / "valid.beam1.averaged.json").read_text())
+    assert report["averaged_steps"] == [20, 22] and report["averaged_from"][1].endswith("step00000022.pt")
+    both = run_cli("average", str(run), str(paths[0]), "--last", "2")
+    assert both.returncode != 0 and "either checkpoint files or --last N, not both" in both.stderr
+
+    # last.pt back at update 20 (as after a crash): resuming drops the snapshot of update 22
+    (run / "last.pt").unlink()
+    (run / "last.prev.pt").rename(run / "last.pt")
+    train(quiet_config(spm_cache, "train.max_steps=21", "train.checkpoint_every=5", "train.keep_checkpoints=3",
+                       "train.valid_bleu=false"), run, resume=True, console=Silent())
+    assert [step for step, _ in list_snapshots(run)] == [15, 20, 21]
+
+
+def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
+    """With a clock that moves a minute per reading, every update is due a timed checkpoint."""
+    import mhatrain.train as T
+    from mhatrain.checkpoint import list_snapshots
+
+    minutes = iter(range(10_000))
+    monkeypatch.setattr(T.time, "monotonic", lambda: 60.0 * next(minutes))
+    train(quiet_config(spm_cache, "train.max_steps=4", "train.checkpoint_every_minutes=1", "train.keep_checkpoints=9",
+                       "train.valid_bleu=false"), tmp_path / "run", console=Silent())
+    assert [step for step, _ in list_snapshots(tmp_path / "run")] == [1, 2, 3, 4]
 
 
 def test_run_dir_with_a_run_is_not_overwritten(tmp_path, spm_cache):
