@@ -139,6 +139,7 @@ def save_encoded(directory: Path, data: Encoded) -> None:
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; other users of a shared cache_dir must read it
     try:
         arrays = (data.src.ids, data.src.offsets, data.tgt.ids, data.tgt.offsets, data.index)
         for name, array in zip(ARRAYS, arrays):

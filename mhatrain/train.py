@@ -282,7 +282,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         log(f"run already finished ({progress.stop_reason}); nothing to do")
         return _summary(progress, n_params, run_dir)
     wrapped = procs.wrap(model)
-    step_model = _maybe_compile(wrapped, t.compile, log)
+    step_model = CompiledStep(wrapped, t.compile, log)
 
     saved_at = time.monotonic()
 
@@ -331,7 +331,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
             while progress.batch_in_epoch < len(batches):
                 group = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update]
                 started = time.perf_counter()
-                stats = _update(step_model, wrapped, optimizer, prepared.train, group, config, progress.step + 1, procs)
+                stats = step_model.run(lambda m: _update(m, wrapped, optimizer, prepared.train, group, config,
+                                                         progress.step + 1, procs), optimizer)
                 progress.train_seconds += time.perf_counter() - started
                 progress.batch_in_epoch += len(group)
                 skipped = "skipped" in stats
@@ -550,14 +551,39 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
 
 
-def _maybe_compile(model, enabled: bool, log):
-    if not enabled:
-        return model
-    try:
-        return torch.compile(model)
-    except Exception as exc:  # compile is an optimisation: never fatal
-        log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
-        return model
+class CompiledStep:
+    """The model that training steps call: with train.compile, torch.compile'd, until the first update
+    fails (compilation happens in its first forward and backward, so that is where its errors surface):
+    then, after one warning line, the update is redone eagerly from the same state and random numbers."""
+
+    def __init__(self, wrapped, enabled: bool, log):
+        self.eager, self.model, self.log = wrapped, wrapped, log
+        if enabled:
+            try:
+                self.model = torch.compile(wrapped)
+            except Exception as exc:  # compile is an optimisation: never fatal
+                log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
+        self.untried = self.model is not wrapped
+
+    def run(self, update, optimizer) -> dict:
+        """`update(model)`, falling back to the eager model if it is the first compiled one and fails."""
+        if not self.untried:
+            return update(self.model)
+        rng = _rng_state()
+        try:
+            stats = update(self.model)
+        except MhatrainError:
+            raise
+        except Exception as exc:  # torch.compile's failures come in many types (backend, lowering, C++ build)
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            self.log(f"warning: torch.compile failed at the first update ({type(exc).__name__}: {first}); "
+                     f"running eager")
+            optimizer.zero_grad(set_to_none=True)
+            _set_rng_state(rng)
+            self.model = self.eager
+            stats = update(self.model)
+        self.untried = False
+        return stats
 
 
 def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:

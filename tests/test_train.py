@@ -145,6 +145,43 @@ def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
     assert [step for step, _ in list_snapshots(tmp_path / "run")] == [1, 2, 3, 4]
 
 
+def test_a_compile_failure_at_the_first_update_falls_back_to_eager(tmp_path, spm_cache, monkeypatch):
+    """torch.compile succeeds but the compiled model fails when first called (as a backend failure does):
+    one warning line, then the same weights as an eager run (the update is redone from the same state)."""
+    calls = []
+
+    def failing_compile(model, **kwargs):
+        def compiled(*args, **kw):
+            calls.append(1)
+            raise RuntimeError("backend compiler failed\nlong traceback text")
+        return compiled
+
+    eager = tmp_path / "eager"
+    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false"), eager, console=Silent())
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    output = io.StringIO()
+    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false", "train.compile=true"),
+          tmp_path / "compiled", console=Console(file=output, width=300))
+    warnings = [line for line in output.getvalue().splitlines() if "torch.compile" in line]
+    assert warnings == ["warning: torch.compile failed at the first update (RuntimeError: backend compiler failed); "
+                        "running eager"]
+    assert len(calls) == 1
+    assert_same_weights(weights(eager), weights(tmp_path / "compiled"))
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_training_forward_compiles_as_one_graph(norm):
+    """No graph breaks: the byte dropout's random_() and per-call closures in the layers broke the
+    graph (and recompiled) before."""
+    from mhatrain.model import build_model
+
+    config = load_config(TINY, ["model.dropout=0.1", "model.attention_dropout=0.1", f"model.norm={norm}"])
+    model = build_model(config.model, 64).train()
+    src, tgt = torch.randint(4, 64, (3, 7)), torch.randint(4, 64, (3, 6))
+    explained = torch._dynamo.explain(model)(src, tgt)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_run_dir_with_a_run_is_not_overwritten(tmp_path, spm_cache):
     out = tmp_path / "run"
     train(quiet_config(spm_cache, "train.max_steps=3"), out, console=Silent())
