@@ -13,6 +13,8 @@ import hashlib
 import io
 import itertools
 import json
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +112,7 @@ def read_lines(path: Path) -> list[str]:
         line_start = raw.rfind(b"\n", 0, exc.start) + 1
         number = raw.count(b"\n", 0, exc.start) + 1
         raise DataError(f"{path}:{number}: not valid UTF-8 (byte {exc.start - line_start})") from None
+    del raw  # one copy of the file less at the peak
     out = text.split("\n")
     if out and out[-1] == "":
         out.pop()
@@ -317,7 +320,7 @@ def install_tokenizer(source: Path, run_dir: Path) -> Tokenizer:
 
 # ----------------------------------------------------------------------------- encoding and filtering
 
-ENCODE_BLOCK = 200_000  # sentences per SentencePiece call: bounds the Python lists alive at once
+ENCODE_BLOCK = 50_000  # sentences per SentencePiece call: bounds the Python lists alive at once
 
 
 def encode_corpus(tokenizer: Tokenizer, corpus: Corpus, max_length: int | None) -> Encoded:
@@ -337,7 +340,9 @@ def encode_corpus(tokenizer: Tokenizer, corpus: Corpus, max_length: int | None) 
     empty = (src_len == 0) | (tgt_len == 0)
     long = ~empty & ((src_len > max_length) | (tgt_len > max_length))
     keep = np.flatnonzero(~empty & ~long)
-    return Encoded(src.select(keep), tgt.select(keep), keep, int(empty.sum()), int(long.sum()), corpus.name)
+    if len(keep) < len(src):  # (no copy when every pair is kept)
+        src, tgt = src.select(keep), tgt.select(keep)
+    return Encoded(src, tgt, keep, int(empty.sum()), int(long.sum()), corpus.name)
 
 
 def loss_pairs(data: Encoded, max_length: int) -> Encoded:
@@ -436,3 +441,50 @@ def collate(data: Encoded, indices: list[int]) -> Batch:
 def pair_lengths(data: Encoded) -> np.ndarray:
     """[n] int64: each pair's length as a batch's budget counts it (longer side + 1)."""
     return data.lengths()
+
+
+class Prefetcher:
+    """`make(item)` for each of `items`, in order, computed ahead on a background thread (at most
+    `depth` results waiting), so that building batches overlaps the training step. A context
+    manager: leaving it stops the thread. An exception in `make` is raised by `next()`.
+    """
+
+    def __init__(self, make, items, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(make, list(items)), daemon=True,
+                                        name="mhatrain-prefetch")
+        self._thread.start()
+
+    def _fill(self, make, items) -> None:
+        try:
+            for item in items:
+                if not self._put((True, make(item))):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put((False, exc))
+
+    def _put(self, entry) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ok, value = self._queue.get()
+        if not ok:
+            raise value
+        return value
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -328,42 +328,44 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display:
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
-            while progress.batch_in_epoch < len(batches):
-                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update]
-                started = time.perf_counter()
-                stats = step_model.run(lambda m: _update(m, wrapped, optimizer, prepared.train, group, config,
-                                                         progress.step + 1, procs), optimizer)
-                progress.train_seconds += time.perf_counter() - started
-                progress.batch_in_epoch += len(group)
-                skipped = "skipped" in stats
-                if skipped:
-                    _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log)
-                else:
-                    progress.bad_in_a_row = 0
-                    progress.step += 1
-                    progress.target_tokens += stats["tokens"]
-                if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
-                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
-                              "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
-                    if procs.is_main:
-                        append_jsonl(run_dir / "metrics.jsonl", record)
-                    display.log(record)
-                if not skipped:
-                    display.advance(progress.step, stats)
-                end_of_epoch = progress.batch_in_epoch >= len(batches)
-                if end_of_epoch:
-                    progress.epoch += 1
-                    progress.batch_in_epoch = 0
-                if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
-                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
-                    checkpoint()
-                elif checkpoint_due(skipped):
-                    checkpoint()
-                progress.stop_reason = stop_reason(progress, t)
-                progress.finished = bool(progress.stop_reason)
-                signalled = stop.agree(procs)
-                if progress.finished or signalled or end_of_epoch:
-                    break
+            groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
+            with D.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
+                while progress.batch_in_epoch < len(batches):
+                    group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
+                    started = time.perf_counter()
+                    step = progress.step + 1
+                    stats = step_model.run(lambda m: _update(m, wrapped, optimizer, share, config, step, procs), optimizer)
+                    progress.train_seconds += time.perf_counter() - started
+                    progress.batch_in_epoch += len(group)
+                    skipped = "skipped" in stats
+                    if skipped:
+                        _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log)
+                    else:
+                        progress.bad_in_a_row = 0
+                        progress.step += 1
+                        progress.target_tokens += stats["tokens"]
+                    if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
+                        record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
+                                  "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
+                        if procs.is_main:
+                            append_jsonl(run_dir / "metrics.jsonl", record)
+                        display.log(record)
+                    if not skipped:
+                        display.advance(progress.step, stats)
+                    end_of_epoch = progress.batch_in_epoch >= len(batches)
+                    if end_of_epoch:
+                        progress.epoch += 1
+                        progress.batch_in_epoch = 0
+                    if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
+                        _validate_on_main(procs, model, prepared, config, progress, run_dir, display)
+                        checkpoint()
+                    elif checkpoint_due(skipped):
+                        checkpoint()
+                    progress.stop_reason = stop_reason(progress, t)
+                    progress.finished = bool(progress.stop_reason)
+                    signalled = stop.agree(procs)
+                    if progress.finished or signalled or end_of_epoch:
+                        break
             if signalled and not progress.finished:
                 checkpoint(snapshot=False)
                 log(f"received {signalled}: checkpoint saved at update {progress.step}; "
@@ -445,24 +447,34 @@ def stop_reason(progress: Progress, t) -> str:
     return ""
 
 
-def _update(step_model, wrapped, optimizer, data: D.Encoded, batches: list[list[int]], config: Config, step: int,
-            procs: Group) -> dict:
-    """One optimiser update over `batches`, the batches of all processes together, this one taking its share.
+def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[D.Batch, int]]:
+    """This process's share of an update's `batches` (those of all processes together), collated, with
+    their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only).
 
-    The loss is averaged over the target tokens of all the batches: the gradient is the one that a
-    single process computes from them with accum_steps = len(batches).
+    Each process takes every world-th batch. One left without any (in an epoch's last, short update)
+    must still join DDP's gradient exchange: it runs the first batch with weight 0.
     """
-    t, device = config.train, procs.device
-    # Each process takes every world-th batch. One left without any (in an epoch's last, short update)
-    # must still join DDP's gradient exchange: it runs the first batch with weight 0.
     share = [(D.collate(data, indices), 1) for indices in batches[procs.rank :: procs.world]]
     share = share or [(D.collate(data, batches[0]), 0)]
+    if procs.device.type == "cuda":
+        share = [(batch.pin_memory(), weight) for batch, weight in share]
+    return share
+
+
+def _update(step_model, wrapped, optimizer, share: list[tuple[D.Batch, int]], config: Config, step: int,
+            procs: Group) -> dict:
+    """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
+
+    The loss is averaged over the target tokens of the batches of all processes: the gradient is the
+    one that a single process computes from all of them with accum_steps = their number.
+    """
+    t, device = config.train, procs.device
     sizes = [(w * b.n_tgt_tokens, *(w * n for n in b.padding_cells)) for b, w in share]
     n_tokens, pad, cells = (int(n) for n in procs.sum(*map(sum, zip(*sizes))))  # of the whole update
     loss_sum = nll_sum = 0.0
     try:
         for k, (batch, weight) in enumerate(share):
-            batch = batch.to(device)
+            batch = batch.to(device, non_blocking=True)  # from pinned memory on CUDA: overlaps the step
             with procs.accumulating(wrapped, final=k == len(share) - 1):
                 with autocast(device, t.precision):
                     loss, nll = batch_loss(step_model, batch, t.label_smoothing)

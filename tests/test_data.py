@@ -263,3 +263,24 @@ def test_cache_key_follows_the_source_files(toy_tokenizer, toy_copy):
     with open(toy_copy / "train.en", "a") as f:
         f.write("One more sentence.\n")
     assert D.train_data_key(cfg) != before
+
+
+def test_prefetcher_yields_in_order_stops_when_left_and_raises_errors(toy_tokenizer):
+    tokenizer, cfg = toy_tokenizer
+    data = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=64)
+    groups = D.batch_indices(D.pair_lengths(data), 300, seed=2)
+    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=2) as ahead:
+        built = list(zip(groups, ahead))
+    assert len(built) == len(groups)
+    for indices, batch in built:
+        direct = D.collate(data, indices)
+        assert batch.indices == indices and batch.src.equal(direct.src) and batch.tgt_out.equal(direct.tgt_out)
+    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=1) as ahead:
+        next(ahead)  # left with most of the batches unbuilt
+    assert not ahead._thread.is_alive()
+
+    def broken(_):
+        raise ValueError("cannot build this batch")
+
+    with pytest.raises(ValueError, match="cannot build this batch"), D.Prefetcher(broken, [0]) as ahead:
+        next(ahead)
