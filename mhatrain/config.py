@@ -58,7 +58,7 @@ class DataConfig:
 class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = field(default="bf16", metadata=_choices("bf16", "fp32"))  # autocast dtype
+    precision: str = field(default="bf16", metadata=_choices("bf16", "fp16", "fp32"))  # autocast dtype; fp16 scales the loss
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     max_tokens: int = 4096  # token budget per batch: sentences × longest side (src or tgt)
     accum_steps: int = 1  # batches per optimiser update

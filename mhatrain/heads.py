@@ -42,6 +42,7 @@ from .errors import MhatrainError
 from .evaluate import bleu_score
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
+from .precision import autocast
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
@@ -362,15 +363,13 @@ class Judge:
     evalset: EvalSet
     decode: DecodeConfig
     device: torch.device
-    precision: str  # fp32 | bf16 autocast, as the run was trained
+    precision: str  # train.precision: autocast as the run was trained
     beam: int
     with_bleu: bool  # False: loss only (no decoding)
     signature: str | None = None  # sacreBLEU's, once a BLEU has been computed
 
     def _autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, self.precision)
 
     @torch.no_grad()
     def loss(self, gates: HeadGates | None) -> float:

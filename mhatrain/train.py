@@ -13,7 +13,6 @@ would compute from all of them. Rank 0 alone validates, prints and writes files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
@@ -36,6 +35,7 @@ from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
+from .precision import autocast, loss_scaler
 from .tokens import load_encoded, save_encoded
 
 
@@ -43,12 +43,6 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------- data
@@ -259,11 +253,14 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     vocab_fp = prepared.tokenizer.fingerprint()
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
+    scaler = loss_scaler(device, t.precision)
     progress = Progress()
     if last is not None:
         check_compatible(last, config, str(run_dir / "last.pt"), vocab_fp)
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
+        if "scaler" in last:
+            scaler.load_state_dict(last["scaler"])
         progress = Progress(**last["progress"])
         # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
         progress.stop_reason = stop_reason(progress, t)
@@ -296,6 +293,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
                 "rng": rng[0], **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
                 "config": config.to_dict(), "vocab_fingerprint": vocab_fp, "vocab_size": prepared.tokenizer.vocab_size,
+                **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
             })
             if snapshot and t.keep_checkpoints:
                 save_snapshot(run_dir, _weights(model, config, progress, prepared.tokenizer), t.keep_checkpoints)
@@ -334,12 +332,14 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
                     started = time.perf_counter()
                     step = progress.step + 1
-                    stats = step_model.run(lambda m: _update(m, wrapped, optimizer, share, config, step, procs), optimizer)
+                    stats = step_model.run(lambda m: _update(m, wrapped, optimizer, scaler, share, config, step, procs),
+                                           optimizer)
                     progress.train_seconds += time.perf_counter() - started
                     progress.batch_in_epoch += len(group)
                     skipped = "skipped" in stats
                     if skipped:
-                        _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log)
+                        _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log,
+                                      bad=not stats.get("loss_scale_lowered"))
                     else:
                         progress.bad_in_a_row = 0
                         progress.step += 1
@@ -461,7 +461,7 @@ def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> li
     return share
 
 
-def _update(step_model, wrapped, optimizer, share: list[tuple[D.Batch, int]], config: Config, step: int,
+def _update(step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int,
             procs: Group) -> dict:
     """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
 
@@ -479,7 +479,7 @@ def _update(step_model, wrapped, optimizer, share: list[tuple[D.Batch, int]], co
                 with autocast(device, t.precision):
                     loss, nll = batch_loss(step_model, batch, t.label_smoothing)
                 # DDP averages the gradients of the processes: × world turns the average into the sum.
-                (loss * (weight * procs.world) / n_tokens).backward()
+                scaler.scale(loss * (weight * procs.world) / n_tokens).backward()  # fp16: × the loss scale
             loss_sum += weight * float(loss.detach())
             nll_sum += weight * float(nll)
     except torch.OutOfMemoryError:
@@ -492,24 +492,32 @@ def _update(step_model, wrapped, optimizer, share: list[tuple[D.Batch, int]], co
         return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
     loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
     # After DDP's exchange every process holds the same gradients, so all of them decide alike.
+    scaler.unscale_(optimizer)  # fp16: gradients back to their true size, before clipping
     grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
     if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
+        if scaler.is_enabled() and math.isfinite(loss_sum):
+            # fp16 overflow of the scaled gradients: the scaler's normal way of finding its scale, not a
+            # bad update, unless the scale has already fallen below 1 (then the gradients are not finite)
+            scale = scaler.get_scale()
+            scaler.update()  # halves the scale
+            return {"skipped": f"fp16 gradient overflow at loss scale {scale:g}", "loss_scale_lowered": scale >= 1}
         return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
     lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr
     fault_point("update")
-    optimizer.step()
+    scaler.step(optimizer)  # = optimizer.step() (the gradients are finite, checked above)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,
             "grad_norm": round(float(grad_norm), 3), "tokens": n_tokens, "padding": round(pad / cells, 3)}
 
 
-def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log) -> None:
-    """Count a skipped update; stop after `limit` in a row (the last checkpoint stays as it was)."""
+def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
+    """Count a skipped update; stop after `limit` bad ones in a row (the last checkpoint stays as it was)."""
     progress.skipped_updates += 1
-    progress.bad_in_a_row += 1
+    progress.bad_in_a_row += int(bad)
     log(f"warning: update {progress.step + 1} skipped: {why} ({progress.skipped_updates} skipped so far)")
     if progress.bad_in_a_row >= limit:
         raise MhatrainError(

@@ -299,6 +299,33 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
     assert all(torch.isfinite(w).all() for w in state["model"].values())
 
 
+def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache, monkeypatch):
+    """fp16 trains through torch.amp.GradScaler: an update whose scaled gradients overflow (the loss itself
+    finite) is skipped and halves the scale, and such skips do not count towards train.max_bad_updates."""
+    import mhatrain.train as T
+
+    real, calls = T.batch_loss, {"n": 0}
+
+    def overflowing(model, batch, smoothing):
+        calls["n"] += 1
+        loss, nll = real(model, batch, smoothing)
+        if calls["n"] in (3, 4, 5):  # the same value, a gradient beyond fp32 once scaled
+            weight = next(model.parameters())
+            loss = loss + (weight.sum() - weight.sum().detach()) * 3e38
+        return loss, nll
+
+    monkeypatch.setattr(T, "batch_loss", overflowing)
+    output = io.StringIO()
+    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false", "train.precision=fp16",
+                                 "train.max_bad_updates=2"), tmp_path / "run", console=Console(file=output, width=300))
+    assert summary["skipped_updates"] == 3 and summary["updates"] == 6
+    assert "update 3 skipped: fp16 gradient overflow at loss scale 65536" in output.getvalue()
+    assert "update 3 skipped: fp16 gradient overflow at loss scale 16384" in output.getvalue()
+    state = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert state["scaler"]["scale"] == 65536 / 8
+    assert all(torch.isfinite(w).all() for w in state["model"].values())
+
+
 def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, monkeypatch):
     import mhatrain.train as T
 
