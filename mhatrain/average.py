@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from .checkpoint import check_compatible, load_checkpoint, save_checkpoint
+from .checkpoint import check_compatible, list_snapshots, load_checkpoint, save_checkpoint
 from .config import config_from_dict
 from .errors import CheckpointError
 
@@ -18,6 +18,11 @@ def average_checkpoints(paths: list[Path]) -> dict:
     """A checkpoint whose weights are the mean of `paths`' weights (they must share config and vocabulary)."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
+    seen = {}
+    for path in paths:
+        same = seen.setdefault(Path(path).resolve(), path)
+        if same is not path:
+            raise CheckpointError(f"{path}: given twice (as {same}); each checkpoint may be averaged only once")
     first = load_checkpoint(paths[0])
     config = config_from_dict(first["config"], str(paths[0]), check_paths=False)
     total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
@@ -44,3 +49,15 @@ def average_run(run_dir: Path, paths: list[Path]) -> Path:
     target = Path(run_dir) / "averaged.pt"
     save_checkpoint(target, state)
     return target
+
+
+def last_snapshots(run_dir: Path, n: int) -> list[Path]:
+    """The run's newest `n` weight snapshots (kept by train.keep_checkpoints), oldest first."""
+    if n < 1:
+        raise CheckpointError(f"--last must be at least 1, got {n}")
+    found = list_snapshots(run_dir)
+    if len(found) < n:
+        raise CheckpointError(f"{run_dir} holds {len(found)} snapshot(s) in snapshots/, fewer than --last {n}: train "
+                              f"with train.keep_checkpoints={n} (and train.checkpoint_every or "
+                              f"train.checkpoint_every_minutes) to keep them")
+    return [path for _, path in found[-n:]]

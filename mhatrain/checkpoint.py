@@ -4,18 +4,21 @@ A run directory holds everything a run needs and produces:
     config.yaml     the resolved config          spm.model     the tokenizer
     last.pt         latest training state        last.prev.pt  the one before it (fallback)
     best.pt         best weights by the early-stopping metric
+    snapshots/      stepNNNNNNNN.pt: the weights of the last train.keep_checkpoints checkpoints
+    averaged.pt     the mean of some checkpoints' weights (`mhatrain average`)
     metrics.jsonl   training and validation records
 Checkpoints are written atomically and loaded with `weights_only=True` (no code runs on load).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import torch
 
-from .config import Config, config_from_dict, load_config
+from .config import Config, TrainConfig, accum_steps_for, config_from_dict, load_config
 from .errors import CheckpointError
 from .faults import fault_point, interruptible
 from .io import atomic_write
@@ -28,7 +31,9 @@ RESUMABLE_CHANGES = {
     "train.valid_beam", "train.compile", "train.max_bad_updates", "decode.beam", "decode.alpha", "decode.max_len_a",
     "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
     "train.dist_backend", "train.tensorboard",
-    "train.accum_steps",  # judged by `resume_accum_steps`: the tokens per update may change only when asked
+    "train.accum_steps", "train.tokens_per_update",  # judged by `resume_accum_steps`: the tokens per update may
+    # change only when asked
+    "train.checkpoint_every_minutes", "train.keep_checkpoints",
 }
 
 
@@ -43,6 +48,37 @@ def save_checkpoint(path: Path, state: dict) -> None:
         os.replace(path, path.with_name("last.prev.pt"))
         fault_point("checkpoint-swap")
     os.replace(tmp, path)
+
+
+def snapshot_path(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "snapshots" / f"step{step:08d}.pt"
+
+
+def list_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
+    """(update, path) of the run's weight snapshots, oldest first."""
+    found = []
+    for path in (Path(run_dir) / "snapshots").glob("step*.pt"):
+        digits = path.name[len("step"):-len(".pt")]
+        if digits.isdigit():
+            found.append((int(digits), path))
+    return sorted(found)
+
+
+def save_snapshot(run_dir: Path, state: dict, keep: int) -> Path:
+    """Write the weights `state` (of update state["progress"]["step"]) as a snapshot and delete all
+    but the newest `keep` snapshots."""
+    path = snapshot_path(run_dir, int(state["progress"]["step"]))
+    save_checkpoint(path, state)
+    for _, old in list_snapshots(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def drop_snapshots_after(run_dir: Path, step: int) -> None:
+    """Delete snapshots newer than the checkpoint a run resumes from (it will write them again)."""
+    for snapshot_step, path in list_snapshots(run_dir):
+        if snapshot_step > step:
+            path.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: Path, map_location="cpu") -> dict:
@@ -190,8 +226,10 @@ def resume_accum_steps(state: dict, config: Config, world: int, change: str, whe
     the same, "new" accepts the config's accum_steps (and so another number of tokens per update).
     """
     saved_world = state.get("progress", {}).get("world_size", 1)
-    saved_accum = state["config"]["train"]["accum_steps"]
-    accum, max_tokens = config.train.accum_steps, config.train.max_tokens
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    saved_train = TrainConfig(**{k: v for k, v in state["config"]["train"].items() if k in known})
+    saved_accum = accum_steps_for(saved_train, saved_world)
+    accum, max_tokens = accum_steps_for(config.train, world), config.train.max_tokens
     before, now = saved_world * saved_accum, world * accum  # batches per update
     keep = before // world if before % world == 0 else None
     if change == "keep" and keep is None:

@@ -125,13 +125,20 @@ def translate(
 @app.command()
 def average(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    checkpoints: List[Path] = typer.Argument(..., help="Checkpoints to average (same config and vocabulary)."),
+    checkpoints: Optional[List[Path]] = typer.Argument(None, help="Checkpoints to average (same config and "
+                                                                  "vocabulary), or none with --last."),
+    last: int = typer.Option(0, "--last", help="Average the run's newest N snapshots (train.keep_checkpoints), "
+                                               "as the paper averages its last 5 checkpoints."),
 ):
     """Average checkpoints' weights into RUN_DIR/averaged.pt (evaluate with --checkpoint averaged)."""
-    from .average import average_run
+    from .average import average_run, last_snapshots
 
-    target = average_run(run_dir, list(checkpoints))
-    console.print(f"averaged {len(checkpoints)} checkpoints into {target}")
+    if bool(checkpoints) == bool(last):
+        raise MhatrainError("average: give either checkpoint files or --last N, not both" if checkpoints else
+                            "average: give checkpoint files to average, or --last N for the run's newest snapshots")
+    paths = list(checkpoints) if checkpoints else last_snapshots(run_dir, last)
+    target = average_run(run_dir, paths)
+    console.print(f"averaged {len(paths)} checkpoints into {target}: {', '.join(p.name for p in paths)}")
 
 
 @app.command()

@@ -58,10 +58,11 @@ class DataConfig:
 class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = field(default="bf16", metadata=_choices("bf16", "fp32"))  # autocast dtype
+    precision: str = field(default="bf16", metadata=_choices("bf16", "fp16", "fp32"))  # autocast dtype; fp16 scales the loss
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     max_tokens: int = 4096  # token budget per batch: sentences × longest side (src or tgt)
     accum_steps: int = 1  # batches per optimiser update
+    tokens_per_update: int = 0  # >0: derive accum_steps per process from processes × max_tokens (excludes accum_steps > 1)
     max_epochs: int = 20
     max_steps: int = 0  # stop after this many updates (0 = no limit)
     lr_factor: float = 1.0  # multiplies the paper's d_model^-0.5 · min(s^-0.5, s·w^-1.5)
@@ -80,6 +81,8 @@ class TrainConfig:
     early_stop_metric: str = field(default="bleu", metadata=_choices("bleu", "loss"))
     patience: int = 0  # stop after this many validations without improvement (0 = never)
     checkpoint_every: int = 0  # also save last.pt every N updates (0 = only at validation)
+    checkpoint_every_minutes: float = 0.0  # also save last.pt every N minutes of training (0 = off)
+    keep_checkpoints: int = 0  # keep the weights of the last N checkpoints in snapshots/ (for `average --last`)
     log_every: int = 50  # print a progress line every N updates
     tensorboard: bool = False  # also write metrics as TensorBoard scalars to RUN_DIR/tensorboard (mhatrain[tensorboard])
     compile: bool = False  # torch.compile the model (falls back to eager if it fails)
@@ -104,6 +107,14 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def accum_steps_for(t: TrainConfig, world: int) -> int:
+    """Batches each process accumulates per update with `world` processes: train.accum_steps, or the
+    number that brings world × accum × max_tokens nearest to train.tokens_per_update (at least 1)."""
+    if not t.tokens_per_update:
+        return t.accum_steps
+    return max(1, round(t.tokens_per_update / (world * t.max_tokens)))
 
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
@@ -265,6 +276,8 @@ def validate(config: Config, source: str, check_paths: bool = True) -> None:
     non_negative = {
         "train.max_steps": t.max_steps, "train.valid_every": t.valid_every, "train.patience": t.patience,
         "train.checkpoint_every": t.checkpoint_every, "train.threads": t.threads,
+        "train.checkpoint_every_minutes": t.checkpoint_every_minutes, "train.keep_checkpoints": t.keep_checkpoints,
+        "train.tokens_per_update": t.tokens_per_update,
         "train.clip_norm": t.clip_norm, "train.weight_decay": t.weight_decay,
         "train.valid_max_sentences": t.valid_max_sentences, "data.max_train_examples": d.max_train_examples,
         "data.tokenizer_sample": d.tokenizer_sample, "decode.alpha": dec.alpha,
@@ -282,6 +295,11 @@ def validate(config: Config, source: str, check_paths: bool = True) -> None:
     for key, value in {"train.adam_beta1": t.adam_beta1, "train.adam_beta2": t.adam_beta2}.items():
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
+    if t.tokens_per_update and t.accum_steps > 1:
+        fail("train.tokens_per_update", f"and train.accum_steps={t.accum_steps} both set the batches per update: "
+                                        f"set train.accum_steps to 1, or train.tokens_per_update to 0")
+    if t.tokens_per_update and t.tokens_per_update < t.max_tokens:
+        fail("train.tokens_per_update", f"must be at least train.max_tokens={t.max_tokens}, got {t.tokens_per_update}")
     if t.lr_factor <= 0 or t.adam_eps <= 0:
         fail("train.lr_factor" if t.lr_factor <= 0 else "train.adam_eps", "must be positive")
     if not 0.0 < d.character_coverage <= 1.0:

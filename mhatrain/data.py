@@ -11,14 +11,19 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
+import queue
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .config import DataConfig
 from .errors import DataError
+from .tokens import Encoded, TokenTable, id_dtype  # noqa: F401  (Encoded: the type callers build batches from)
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -63,22 +68,29 @@ def load_split(cfg: DataConfig, split: str) -> Corpus:
 
 
 def _load_local(root: Path, split: str, src_lang: str, tgt_lang: str) -> Corpus:
+    files = _local_files(root, split, src_lang, tgt_lang)
+    if len(files) == 1:
+        return _load_jsonl(files[0], src_lang, tgt_lang)
+    src_file, tgt_file = files
+    src, tgt = read_lines(src_file), read_lines(tgt_file)
+    if len(src) != len(tgt):
+        raise DataError(f"line counts differ: {src_file} has {len(src)} lines, {tgt_file} has {len(tgt)}")
+    return Corpus(f"{src_file}+{tgt_file.name}", src, tgt, files=(src_file, tgt_file))
+
+
+def _local_files(root: Path, split: str, src_lang: str, tgt_lang: str) -> list[Path]:
+    """The files that hold a split: [source, target] text files, or [one JSON-lines file]."""
     for name in (split, *SPLIT_ALIASES.get(split, ())):
         src_file, tgt_file = _find(root, f"{name}.{src_lang}"), _find(root, f"{name}.{tgt_lang}")
         if src_file and tgt_file:
-            src, tgt = read_lines(src_file), read_lines(tgt_file)
-            if len(src) != len(tgt):
-                raise DataError(
-                    f"line counts differ: {src_file} has {len(src)} lines, {tgt_file} has {len(tgt)}"
-                )
-            return Corpus(f"{src_file}+{tgt_file.name}", src, tgt, files=(src_file, tgt_file))
+            return [src_file, tgt_file]
         if src_file or tgt_file:
             present = src_file or tgt_file
             missing = f"{name}.{tgt_lang if src_file else src_lang}[.gz]"
             raise DataError(f"{root}: found {present.name} but not its pair {missing}")
         jsonl = _find(root, f"{name}.jsonl")
         if jsonl:
-            return _load_jsonl(jsonl, src_lang, tgt_lang)
+            return [jsonl]
     raise DataError(
         f"{root}: no files for split '{split}' (looked for {split}.{src_lang}[.gz] + "
         f"{split}.{tgt_lang}[.gz] or {split}.jsonl[.gz])"
@@ -100,15 +112,18 @@ def read_lines(path: Path) -> list[str]:
         raise DataError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if b"\x00" in raw:
         raise DataError(f"{path}: binary file (contains NUL bytes), expected UTF-8 text")
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, 1):
-        try:
-            out.append(line.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{path}:{number}: not valid UTF-8 (byte {exc.start})") from None
+    try:
+        text = raw.decode("utf-8")  # at once: a line-by-line loop is slow at WMT size
+    except UnicodeDecodeError as exc:
+        line_start = raw.rfind(b"\n", 0, exc.start) + 1
+        number = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{number}: not valid UTF-8 (byte {exc.start - line_start})") from None
+    del raw  # one copy of the file less at the peak
+    out = text.split("\n")
+    if out and out[-1] == "":
+        out.pop()
+    if "\r" in text:
+        out = [line.rstrip("\r") for line in out]
     if not out:
         raise DataError(f"{path}: file is empty")
     return out
@@ -143,7 +158,7 @@ def _pair_from_row(row, src_lang: str, tgt_lang: str, where: str) -> tuple[str, 
     return fields[src_lang], fields[tgt_lang]
 
 
-def _load_hub(cfg: DataConfig, split: str) -> Corpus:
+def _open_hub(cfg: DataConfig, split: str):
     try:
         import datasets
 
@@ -154,17 +169,64 @@ def _load_hub(cfg: DataConfig, split: str) -> Corpus:
             f"cannot load hub dataset '{cfg.dataset}' split '{split}': {first} "
             f"(to train offline, set data.local_dir to a directory of text files)"
         ) from None
+    # Columns are read from the Arrow table itself, which must then be in row order.
+    return ds.flatten_indices() if getattr(ds, "_indices", None) is not None else ds
+
+
+def _load_hub(cfg: DataConfig, split: str) -> Corpus:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ds = _open_hub(cfg, split)
     columns = set(ds.column_names)
     name = f"hub:{cfg.dataset}/{split}"
     fingerprint = getattr(ds, "_fingerprint", None)
     if {cfg.src_lang, cfg.tgt_lang} <= columns:
-        return Corpus(name, list(ds[cfg.src_lang]), list(ds[cfg.tgt_lang]), hub_fingerprint=fingerprint)
+        src, tgt = (_hub_strings(ds.data.column(lang), name, lang) for lang in (cfg.src_lang, cfg.tgt_lang))
+        return Corpus(name, src, tgt, hub_fingerprint=fingerprint)
     if "translation" in columns:
-        pairs = [_pair_from_row(r, cfg.src_lang, cfg.tgt_lang, f"{name} row {i}") for i, r in enumerate(ds["translation"])]
-        return Corpus(name, [p[0] for p in pairs], [p[1] for p in pairs], hub_fingerprint=fingerprint)
+        nested = ds.data.column("translation")
+        fields = [f.name for f in nested.type] if pa.types.is_struct(nested.type) else None
+        if fields is None:
+            raise DataError(f"{name}: 'translation' must hold objects, got {nested.type}")
+        for lang in (cfg.src_lang, cfg.tgt_lang):
+            if lang not in fields:
+                raise DataError(f"{name}: missing language field '{lang}' in 'translation' (fields: {', '.join(fields)})")
+        if nested.null_count:
+            raise DataError(f"{name}: {nested.null_count} rows have no 'translation'")
+        src, tgt = (_hub_strings(pc.struct_field(nested, lang), name, f"translation.{lang}")
+                    for lang in (cfg.src_lang, cfg.tgt_lang))
+        return Corpus(name, src, tgt, hub_fingerprint=fingerprint)
     raise DataError(
         f"{name}: no fields '{cfg.src_lang}'/'{cfg.tgt_lang}' or 'translation' (columns: {', '.join(sorted(columns))})"
     )
+
+
+def _hub_strings(column, name: str, field_name: str) -> list[str]:
+    """A hub column of strings as a list, read from its Arrow buffers at once (not row by row)."""
+    import pyarrow as pa
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise DataError(f"{name}: field '{field_name}' must hold strings, got {column.type}")
+    if column.null_count:
+        raise DataError(f"{name}: field '{field_name}' is missing in {column.null_count} rows")
+    return column.to_pylist()
+
+
+def source_fingerprint(cfg: DataConfig, split: str) -> str:
+    """A digest of the split's source data: the bytes of its local files, or the hub dataset's own
+    fingerprint. Cheap next to reading the text: it keys caches before any sentence is decoded."""
+    key = hashlib.sha256(repr((cfg.src_lang, cfg.tgt_lang)).encode())
+    if cfg.local_dir is not None:
+        for path in _local_files(Path(cfg.local_dir).expanduser(), split, cfg.src_lang, cfg.tgt_lang):
+            key.update(path.name.encode() + b"\x00")
+            with open(path, "rb") as f:
+                while block := f.read(1 << 24):
+                    key.update(block)
+    else:
+        ds = _open_hub(cfg, split)
+        key.update(f"hub:{cfg.dataset}/{cfg.dataset_config}/{split}/{getattr(ds, '_fingerprint', '')}".encode())
+    return key.hexdigest()[:20]
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -187,7 +249,7 @@ class Tokenizer:
         return self.sp.get_piece_size()
 
     def encode(self, texts: list[str]) -> list[list[int]]:
-        return self.sp.encode(texts)
+        return self.sp.encode(texts)  # a list is encoded on all of SentencePiece's threads
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.decode(ids)
@@ -199,19 +261,32 @@ class Tokenizer:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
 
 
-def train_or_load_tokenizer(cfg: DataConfig, train: Corpus, log=print) -> Path:
-    """Return a cached SentencePiece model for this training data and these settings."""
-    key = hashlib.sha256()
-    for text in (*train.src, "\x00", *train.tgt):
-        key.update(text.encode("utf-8"))
-        key.update(b"\n")
+def load_train_corpus(cfg: DataConfig) -> Corpus:
+    """The training split, cut to its first data.max_train_examples pairs when that is set."""
+    corpus = load_split(cfg, cfg.train_split)
+    if cfg.max_train_examples:
+        keep = cfg.max_train_examples
+        corpus = Corpus(corpus.name, corpus.src[:keep], corpus.tgt[:keep])
+    return corpus
+
+
+def train_data_key(cfg: DataConfig) -> str:
+    """What the tokenizer and the encoded-data caches are keyed by: the training split's source data
+    (`source_fingerprint`) and how much of it is used. Found without reading any sentence."""
+    return f"{source_fingerprint(cfg, cfg.train_split)}-{cfg.max_train_examples}"
+
+
+def train_or_load_tokenizer(cfg: DataConfig, log=print, data_key: str | None = None) -> Path:
+    """Return a cached SentencePiece model for this training data (`train_data_key`) and these
+    settings, training it on the training split when there is none."""
     settings = (cfg.vocab_size, cfg.tokenizer_type, cfg.character_coverage, cfg.tokenizer_sample)
-    key.update(repr(settings).encode())
-    digest = key.hexdigest()[:20]
+    key = repr((data_key or train_data_key(cfg), settings))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     cache = Path(cfg.cache_dir).expanduser() / "spm" / digest / "spm.model"
     if cache.is_file():
         log(f"tokenizer: reusing cached {cache}")
         return cache
+    train = load_train_corpus(cfg)
     import sentencepiece as spm
 
     sentences = [s for s in (*train.src, *train.tgt) if s.strip()]
@@ -252,37 +327,50 @@ def install_tokenizer(source: Path, run_dir: Path) -> Tokenizer:
 
 # ----------------------------------------------------------------------------- encoding and filtering
 
-
-@dataclass
-class Encoded:
-    """Token ids of one split; `index` maps each kept pair back to its line in the corpus."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    index: list[int]
-    dropped_empty: int = 0
-    dropped_long: int = 0
-
-    def __len__(self) -> int:
-        return len(self.src)
+ENCODE_BLOCK = 50_000  # sentences per SentencePiece call: bounds the Python lists alive at once
 
 
 def encode_corpus(tokenizer: Tokenizer, corpus: Corpus, max_length: int | None) -> Encoded:
-    """Tokenize a split. With `max_length`, empty and over-length pairs are dropped and counted."""
-    src, tgt = tokenizer.encode(corpus.src), tokenizer.encode(corpus.tgt)
+    """Tokenize a split. With `max_length`, empty and over-length pairs are dropped and counted.
+
+    SentencePiece encodes each block of sentences on all its threads; each block's ids go into
+    flat arrays straight away, so the lists of Python ints never exist for the whole split.
+    """
+    dtype = id_dtype(tokenizer.vocab_size)
+    src = TokenTable.concat([_encode_block(tokenizer, corpus.src[k : k + ENCODE_BLOCK], dtype)
+                             for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)])
+    tgt = TokenTable.concat([_encode_block(tokenizer, corpus.tgt[k : k + ENCODE_BLOCK], dtype)
+                             for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)])
     if max_length is None:
-        return Encoded(src, tgt, list(range(len(src))))
-    out = Encoded([], [], [])
-    for i, (s, t) in enumerate(zip(src, tgt)):
-        if not s or not t:
-            out.dropped_empty += 1
-        elif len(s) > max_length or len(t) > max_length:
-            out.dropped_long += 1
-        else:
-            out.src.append(s)
-            out.tgt.append(t)
-            out.index.append(i)
-    return out
+        return Encoded(src, tgt, np.arange(len(src), dtype=np.int64), name=corpus.name)
+    src_len, tgt_len = src.lengths, tgt.lengths
+    empty = (src_len == 0) | (tgt_len == 0)
+    long = ~empty & ((src_len > max_length) | (tgt_len > max_length))
+    keep = np.flatnonzero(~empty & ~long)
+    if len(keep) < len(src):  # (no copy when every pair is kept)
+        src, tgt = src.select(keep), tgt.select(keep)
+    return Encoded(src, tgt, keep, int(empty.sum()), int(long.sum()), corpus.name)
+
+
+def loss_pairs(data: Encoded, max_length: int) -> Encoded:
+    """The non-empty pairs of an evaluation split, each side cut to `max_length` ids: what a loss is
+    computed on (BLEU is scored on every sentence)."""
+    keep = np.flatnonzero((data.src.lengths > 0) & (data.tgt.lengths > 0))
+    return Encoded(data.src.select(keep, max_length), data.tgt.select(keep, max_length), keep, name=data.name)
+
+
+def _encode_block(tokenizer: Tokenizer, texts: list[str], dtype) -> TokenTable:
+    ids = tokenizer.encode(texts)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    return TokenTable(flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
+def encoded_cache_dir(cfg: DataConfig, data_key: str, tokenizer: Tokenizer, max_length: int | None) -> Path:
+    """Where the encoded training split is cached (next to the tokenizers, in data.cache_dir): keyed by
+    the data (`train_data_key`), the tokenizer and the length filter."""
+    key = repr((data_key, tokenizer.fingerprint(), max_length))
+    return Path(cfg.cache_dir).expanduser() / "encoded" / hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 # ----------------------------------------------------------------------------- batches
@@ -310,33 +398,40 @@ class Batch:
         pad = int((self.src == PAD).sum()) + int((self.tgt_out == PAD).sum())
         return pad, self.src.numel() + self.tgt_out.numel()
 
-    def to(self, device) -> "Batch":
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)),
+                     self.indices)
+
+    def pin_memory(self) -> "Batch":
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices)
 
 
-def batch_indices(lengths: list[int], max_tokens: int, seed: int | None = None, epoch: int = 0) -> list[list[int]]:
+def batch_indices(lengths, max_tokens: int, seed: int | None = None, epoch: int = 0) -> list[list[int]]:
     """Group examples into batches of at most `max_tokens` (sentences × longest length).
 
     Examples are sorted by length so that batches hold similar lengths (little padding). With a
     seed, ties are broken and the batch order is shuffled from (seed, epoch): deterministic, so a
     resumed run sees the same batches. Without a seed the order is sorted (for evaluation).
+    A batch takes examples in sorted order while (its size) × (the newest, longest length) stays
+    within the budget; an example longer than the budget makes a batch of its own.
     """
+    lengths = np.asarray(lengths, dtype=np.int64)
     if seed is not None:
         g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        order = torch.randperm(len(lengths), generator=g).tolist()
+        order = torch.randperm(len(lengths), generator=g).numpy()
     else:
-        order = list(range(len(lengths)))
-    order.sort(key=lambda i: lengths[i])  # stable: random tie-breaking when shuffled
-    batches, current, longest = [], [], 0
-    for i in order:
-        longest_if_added = max(longest, lengths[i])
-        if current and longest_if_added * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest_if_added = [], lengths[i]
-        current.append(i)
-        longest = longest_if_added
-    if current:
-        batches.append(current)
+        order = np.arange(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]  # stable: random tie-breaking when shuffled
+    sorted_lengths = lengths[order]
+    batches, start = [], 0
+    while start < len(order):
+        # Lengths only grow along `order`, so the cost of taking k examples, k × length of the k-th,
+        # grows with k: the batch ends before the first k over budget (and holds at least one).
+        window = sorted_lengths[start : start + max(1, max_tokens // max(int(sorted_lengths[start]), 1)) + 1]
+        cost = window * np.arange(1, len(window) + 1)
+        size = max(1, int(np.searchsorted(cost, max_tokens, side="right")))
+        batches.append(order[start : start + size].tolist())
+        start += size
     if seed is not None:
         perm = torch.randperm(len(batches), generator=g).tolist()
         batches = [batches[p] for p in perm]
@@ -344,17 +439,59 @@ def batch_indices(lengths: list[int], max_tokens: int, seed: int | None = None, 
 
 
 def collate(data: Encoded, indices: list[int]) -> Batch:
-    def pad(seqs: list[list[int]]) -> torch.Tensor:
-        out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        return out
-
-    src = pad([data.src[i] + [EOS] for i in indices])
-    tgt_in = pad([[BOS] + data.tgt[i] for i in indices])
-    tgt_out = pad([data.tgt[i] + [EOS] for i in indices])
-    return Batch(src, tgt_in, tgt_out, indices)
+    src = data.src.padded(indices, PAD, after=EOS)
+    tgt_in = data.tgt.padded(indices, PAD, before=BOS)
+    tgt_out = data.tgt.padded(indices, PAD, after=EOS)
+    return Batch(*map(torch.from_numpy, (src, tgt_in, tgt_out)), list(indices))
 
 
-def pair_lengths(data: Encoded) -> list[int]:
-    return [max(len(s), len(t)) + 1 for s, t in zip(data.src, data.tgt)]
+def pair_lengths(data: Encoded) -> np.ndarray:
+    """[n] int64: each pair's length as a batch's budget counts it (longer side + 1)."""
+    return data.lengths()
+
+
+class Prefetcher:
+    """`make(item)` for each of `items`, in order, computed ahead on a background thread (at most
+    `depth` results waiting), so that building batches overlaps the training step. A context
+    manager: leaving it stops the thread. An exception in `make` is raised by `next()`.
+    """
+
+    def __init__(self, make, items, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(make, list(items)), daemon=True,
+                                        name="mhatrain-prefetch")
+        self._thread.start()
+
+    def _fill(self, make, items) -> None:
+        try:
+            for item in items:
+                if not self._put((True, make(item))):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put((False, exc))
+
+    def _put(self, entry) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ok, value = self._queue.get()
+        if not ok:
+            raise value
+        return value
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

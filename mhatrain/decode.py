@@ -13,13 +13,13 @@ batch, so the cache shrinks as the batch finishes.
 
 from __future__ import annotations
 
-import contextlib
 
 import torch
 
 from .config import DecodeConfig
 from .data import BOS, EOS, PAD, Tokenizer, batch_indices
 from .model import DecoderCache, HeadGates, Transformer
+from .precision import autocast
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
@@ -205,11 +205,7 @@ def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfi
     src_ids = [s[: limit - 1] + [EOS] for s in sources]
     batches = batch_indices([len(s) for s in src_ids], cfg.batch_tokens * max(1, 4 // (beam or cfg.beam)))
     out: list[list[int] | None] = [None] * len(src_ids)
-    autocast = (
-        torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
-        if precision == "bf16" else contextlib.nullcontext()
-    )
-    with autocast:
+    with autocast(device, precision):
         for indices in batches:
             seqs = [src_ids[i] for i in indices]
             src = torch.full((len(seqs), max(map(len, seqs))), PAD, dtype=torch.long)

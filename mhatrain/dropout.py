@@ -6,7 +6,8 @@ which costs more than the rest of a dropout-heavy layer (measurements: docs/perf
 1/256 and the kept values are scaled by 1 / (1 - p_rounded), so the expectation is unchanged.
 A p that rounds to 0 or to 1 (below 1/512, or from 511/512 on) would drop nothing or divide by zero,
 so it goes to `F.dropout` with the exact p. The bits come from torch's default generator, so runs
-stay reproducible from the seed.
+stay reproducible from the seed. Under torch.compile it is `F.dropout` too (same expectation, exact p):
+`random_()` cannot be traced and would break the graph at every dropout.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ LEVELS = 256  # one random byte per element
 def byte_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not training or p == 0.0:
         return x
+    if torch.compiler.is_compiling():
+        return F.dropout(x, p, training)
     threshold = round(p * LEVELS)  # drop where the random byte < threshold
     if threshold in (0, LEVELS):  # p not representable in bytes: drop with the exact p
         return F.dropout(x, p, training=True)

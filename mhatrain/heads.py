@@ -42,6 +42,7 @@ from .errors import MhatrainError
 from .evaluate import bleu_score
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
+from .precision import autocast
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
@@ -335,14 +336,12 @@ def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
     if max_sentences:
         corpus = corpus.head(max_sentences)
     encoded = D.encode_corpus(run.tokenizer, corpus, None)
-    keep = [k for k in range(len(encoded)) if encoded.src[k] and encoded.tgt[k]]
-    if not keep:
+    pairs = D.loss_pairs(encoded, run.config.data.max_length)
+    if not len(pairs):
         raise MhatrainError(f"{corpus.name}: no non-empty sentence pairs to judge heads on")
-    max_length = run.config.data.max_length
-    pairs = D.Encoded([encoded.src[k][:max_length] for k in keep], [encoded.tgt[k][:max_length] for k in keep], keep)
     batches = [D.collate(pairs, indices).to(run.device)
                for indices in D.batch_indices(D.pair_lengths(pairs), run.config.train.max_tokens)]
-    return EvalSet(corpus.name, encoded.src, corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
+    return EvalSet(corpus.name, encoded.src.tolist(), corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
 
 
 def open_gates(model: Transformer, device, requires_grad: bool = False) -> HeadGates:
@@ -390,15 +389,13 @@ class Judge:
     evalset: EvalSet
     decode: DecodeConfig
     device: torch.device
-    precision: str  # fp32 | bf16 autocast, as the run was trained
+    precision: str  # train.precision: autocast as the run was trained
     beam: int
     with_bleu: bool  # False: loss only (no decoding)
     signature: str | None = None  # sacreBLEU's, once a BLEU has been computed
 
     def _autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, self.precision)
 
     @torch.no_grad()
     def loss(self, gates: HeadGates | None) -> float:

@@ -51,18 +51,25 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """x + Dropout(Sublayer(x)) with LayerNorm after (post, the paper) or before (pre) the sublayer."""
+    """x + Dropout(Sublayer(x)) with LayerNorm after (post, the paper) or before (pre) the sublayer.
+
+    Used in two steps, `h = res.enter(x)`, then `res(x, sublayer(h))`: no per-call closures, which
+    torch.compile would guard on and recompile for.
+    """
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
 
-    def forward(self, x, sublayer):
+    def enter(self, x):
+        """The sublayer's input: LayerNorm(x) (pre) or x (post)."""
+        return self.norm(x) if self.pre_norm else x
+
+    def forward(self, x, out):
+        """x with the sublayer's output `out` added back."""
         if self.pre_norm:
-            out, extra = sublayer(self.norm(x))
-            return x + self.dropout(out), extra
-        out, extra = sublayer(x)
-        return self.norm(x + self.dropout(out)), extra
+            return x + self.dropout(out)
+        return self.norm(x + self.dropout(out))
 
 
 class EncoderLayer(nn.Module):
@@ -75,10 +82,10 @@ class EncoderLayer(nn.Module):
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
     def forward(self, x, src_mask, need_weights=False, head_gate=None):
-        x, probs = self.res_attn(
-            x, lambda h: self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
-        )
-        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        h = self.res_attn.enter(x)
+        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
+        x = self.res_attn(x, out)
+        x = self.res_ffn(x, self.ffn(self.res_ffn.enter(x)))
         return x, probs
 
 
@@ -107,13 +114,14 @@ class DecoderLayer(nn.Module):
                 need_weights=False, gates=(None, None)):
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
-        y, self_probs = self.res_self(
-            y, lambda h: self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0])
-        )
-        y, cross_probs = self.res_cross(
-            y, lambda h: self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1])
-        )
-        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        h = self.res_self.enter(y)
+        out, self_probs = self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0])
+        y = self.res_self(y, out)
+        h = self.res_cross.enter(y)
+        out, cross_probs = self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights,
+                                           head_gate=gates[1])
+        y = self.res_cross(y, out)
+        y = self.res_ffn(y, self.ffn(self.res_ffn.enter(y)))
         return y, self_probs, cross_probs
 
 

@@ -119,6 +119,16 @@ def corpus_record(corpus) -> dict:
     return record
 
 
+def split_record(cfg, split: str) -> dict:
+    """Where a split of the config's source comes from, without reading its sentences (the training data
+    may come from the encoded cache): the sha256 of its local files, or the hub dataset's fingerprint."""
+    from . import data as D
+
+    if cfg.local_dir is not None:
+        return files_record(*D._local_files(Path(cfg.local_dir).expanduser(), split, cfg.src_lang, cfg.tgt_lang))
+    return {"source": f"hub:{cfg.dataset}/{split}", "data_fingerprint": D.source_fingerprint(cfg, split)}
+
+
 def files_record(*paths: Path) -> dict:
     """The sha256 of text files read as they are (a hypothesis or reference file, a sacreBLEU test set)."""
     return {"source": "+".join(str(p) for p in paths), "sha256": {str(Path(p).resolve()): sha256_file(p) for p in paths}}

@@ -31,6 +31,7 @@ class LoadedRun:
     tokenizer: Tokenizer
     device: torch.device
     step: int
+    averaged: dict  # for averaged.pt: the checkpoints it averages (averaged_from) and their updates; else empty
 
 
 def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), strict: bool = False) -> LoadedRun:
@@ -50,7 +51,8 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     except RuntimeError as exc:
         raise MhatrainError(f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})") from None
     model.to(device).eval()
-    return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)))
+    averaged = {k: state[k] for k in ("averaged_from", "averaged_steps") if k in state}
+    return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)), averaged)
 
 
 def _warn(message: str) -> None:
@@ -123,8 +125,9 @@ def evaluate_run(run_dir: Path, split: str | None, beam: int | None, alpha: floa
     own_alpha = alpha is not None and alpha != run.config.decode.alpha  # named in the file: others don't overwrite
     alpha = run.config.decode.alpha if alpha is None else alpha
     text = eval_text(run.config, split, src, ref, sacrebleu_set, langpair)
+    averaged = f" of updates {', '.join(map(str, run.averaged['averaged_steps']))}" if run.averaged else ""
     console.print(f"translating {len(text.src)} sentences of '{text.name}' with beam {beam}, alpha {alpha} "
-                  f"({which} checkpoint, update {run.step})")
+                  f"({which} checkpoint{averaged}, update {run.step})")
     started = time.perf_counter()
     hyps = translate(run.model, run.tokenizer, text.src, run.config.decode, run.device, beam, alpha,
                      run.config.train.precision)
@@ -132,7 +135,7 @@ def evaluate_run(run_dir: Path, split: str | None, beam: int | None, alpha: floa
     result = score(hyps, text.ref)
     result.update(split=text.name, source=text.description, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
                   parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
-                  sentences_per_s=round(len(hyps) / seconds, 1),
+                  sentences_per_s=round(len(hyps) / seconds, 1), **run.averaged,
                   provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"))
     out_dir = Path(run_dir) / "eval"
     stem = eval_stem(text.name, beam, which, alpha if own_alpha else None)

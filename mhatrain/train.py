@@ -13,7 +13,6 @@ would compute from all of them. Rank 0 alone validates, prints and writes files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
@@ -26,9 +25,9 @@ import torch
 
 from . import data as D
 from . import provenance
-from .checkpoint import (check_compatible, is_run_dir, load_latest, remove_partial_writes, resume_accum_steps,
-                         save_checkpoint)
-from .config import Config, dump_config
+from .checkpoint import (check_compatible, drop_snapshots_after, is_run_dir, load_latest, remove_partial_writes,
+                         resume_accum_steps, save_checkpoint, save_snapshot)
+from .config import Config, accum_steps_for, dump_config
 from .decode import translate_ids
 from .distributed import Group, process_group
 from .loss import smoothed_cross_entropy
@@ -38,19 +37,15 @@ from .dashboard import Dashboard, check_available as check_tensorboard
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
+from .precision import autocast, loss_scaler
 from .runtime import slow_bf16_warning
+from .tokens import load_encoded, save_encoded
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------- data
@@ -67,30 +62,38 @@ class Prepared:
 
 
 def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
-    """Load train/validation text, train or reuse the tokenizer, encode and filter."""
+    """Train or reuse the tokenizer, then map the encoded training split from the cache, or encode,
+    filter and cache it first; encode the (small) validation split."""
     cfg = config.data
-    train_corpus = D.load_split(cfg, cfg.train_split)
-    if cfg.max_train_examples:
-        train_corpus = train_corpus.head(cfg.max_train_examples)
-    valid_corpus = D.load_split(cfg, cfg.valid_split)
+    data_key = D.train_data_key(cfg)
     existing = run_dir / "spm.model"
-    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, train_corpus, log)
+    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, log, data_key)
     tokenizer = D.install_tokenizer(source, run_dir)
-    train = D.encode_corpus(tokenizer, train_corpus, cfg.max_length)
-    if len(train) == 0:
-        raise D.DataError(f"{train_corpus.name}: no training pairs left after filtering")
+    cache = D.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
+    train = load_encoded(cache)
+    if train is not None:
+        log(f"data: mapped the encoded training data from {cache}")
+    else:
+        started = time.perf_counter()
+        corpus = D.load_train_corpus(cfg)
+        encoded = D.encode_corpus(tokenizer, corpus, cfg.max_length)
+        if len(encoded) == 0:
+            raise D.DataError(f"{corpus.name}: no training pairs left after filtering")
+        save_encoded(cache, encoded)
+        del encoded, corpus  # the text and the arrays: from now on the cache's mapped pages serve
+        train = load_encoded(cache)
+        log(f"data: encoded the training data in {time.perf_counter() - started:.1f}s, cached in {cache}")
+    valid_corpus = D.load_split(cfg, cfg.valid_split)
     log(
-        f"data: {len(train)} training pairs kept of {len(train_corpus)} "
+        f"data: {len(train)} training pairs kept of {len(train) + train.dropped_empty + train.dropped_long} "
         f"({train.dropped_empty} empty, {train.dropped_long} longer than {cfg.max_length} tokens dropped); "
         f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
     )
     valid = D.encode_corpus(tokenizer, valid_corpus, None)
-    # Validation loss needs non-empty pairs; BLEU is scored on every sentence.
-    keep = [k for k in range(len(valid)) if valid.src[k] and valid.tgt[k]]
-    valid_loss = D.Encoded([valid.src[k][: cfg.max_length] for k in keep],
-                           [valid.tgt[k][: cfg.max_length] for k in keep], keep)
-    sources = {"train": provenance.corpus_record(train_corpus), "valid": provenance.corpus_record(valid_corpus)}
-    return Prepared(tokenizer, train, valid_loss, valid_corpus.tgt, valid.src, sources)
+    sources = {"train": provenance.split_record(cfg, cfg.train_split),
+               "valid": provenance.corpus_record(valid_corpus)}
+    return Prepared(tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(),
+                    sources)
 
 
 # ----------------------------------------------------------------------------- loss and validation
@@ -259,19 +262,23 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     vocab_fp = prepared.tokenizer.fingerprint()
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
+    scaler = loss_scaler(device, t.precision)
     progress = Progress()
     if last is not None:
         check_compatible(last, config, str(run_dir / "last.pt"), vocab_fp)
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
+        if "scaler" in last:
+            scaler.load_state_dict(last["scaler"])
         progress = Progress(**last["progress"])
         # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
         progress.stop_reason = stop_reason(progress, t)
         progress.finished = bool(progress.stop_reason)
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
     _restore_rng(last, procs, t.seed, progress.step)
-    if procs.is_main:
-        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)  # records past the checkpoint are redone
+    if procs.is_main:  # records and snapshots past the checkpoint are redone
+        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
+        drop_snapshots_after(run_dir, progress.step)
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
     if (warning := slow_bf16_warning(device, t.precision)) is not None:
@@ -286,26 +293,48 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
                                                               resumed=last is not None, processes=procs.world))
     wrapped = procs.wrap(model)
-    step_model = _maybe_compile(wrapped, t.compile, log)
+    step_model = CompiledStep(wrapped, t.compile, log)
 
-    def checkpoint():
+    saved_at = time.monotonic()
+
+    def checkpoint(snapshot: bool = True):
+        """last.pt (every process's random state included) and, with train.keep_checkpoints, a snapshot of
+        the weights; not on a signal, which would add one at an irregular interval."""
+        nonlocal saved_at
         rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
         if procs.is_main:
             save_checkpoint(run_dir / "last.pt", {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
                 "rng": rng[0], **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
                 "config": config.to_dict(), "vocab_fingerprint": vocab_fp, "vocab_size": prepared.tokenizer.vocab_size,
+                **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
             })
+            if snapshot and t.keep_checkpoints:
+                save_snapshot(run_dir, _weights(model, config, progress, prepared.tokenizer), t.keep_checkpoints)
         procs.barrier()
+        saved_at = time.monotonic()
+
+    def checkpoint_due(skipped: bool) -> bool:
+        """train.checkpoint_every updates or train.checkpoint_every_minutes have passed (by any process's
+        clock: all of them must agree to checkpoint together)."""
+        if skipped:
+            return False
+        if t.checkpoint_every and progress.step % t.checkpoint_every == 0:
+            return True
+        if not t.checkpoint_every_minutes:
+            return False
+        return bool(procs.max(int(time.monotonic() - saved_at >= 60 * t.checkpoint_every_minutes)))
 
     lengths = D.pair_lengths(prepared.train)
-    per_update = procs.world * t.accum_steps  # batches per update, all processes together
+    accum = accum_steps_for(t, procs.world)
+    per_update = procs.world * accum  # batches per update, all processes together
     per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
     total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
     progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
     processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
-    log(f"batches: ≤{t.max_tokens} tokens × {t.accum_steps} accumulation{processes} = ≤{progress.tokens_per_update} "
-        f"tokens per update; {per_epoch} updates per epoch")
+    asked = f" (train.tokens_per_update={t.tokens_per_update})" if t.tokens_per_update else ""
+    log(f"batches: ≤{t.max_tokens} tokens × {accum} accumulation{processes} = ≤{progress.tokens_per_update} "
+        f"tokens per update{asked}; {per_epoch} updates per epoch")
     model.train()
     signalled = None
     board = t.tensorboard and procs.is_main
@@ -313,43 +342,48 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
             MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics:
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
-            while progress.batch_in_epoch < len(batches):
-                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update]
-                started = time.perf_counter()
-                stats = _update(step_model, wrapped, optimizer, prepared.train, group, config, progress.step + 1, procs)
-                progress.train_seconds += time.perf_counter() - started
-                progress.batch_in_epoch += len(group)
-                skipped = "skipped" in stats
-                if skipped:
-                    _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log)
-                else:
-                    progress.bad_in_a_row = 0
-                    progress.step += 1
-                    progress.target_tokens += stats["tokens"]
-                if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
-                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
-                              "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
-                    if procs.is_main:
-                        metrics.write(record)
-                    display.log(record)
-                if not skipped:
-                    display.advance(progress.step, stats)
-                end_of_epoch = progress.batch_in_epoch >= len(batches)
-                if end_of_epoch:
-                    progress.epoch += 1
-                    progress.batch_in_epoch = 0
-                if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
-                    _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
-                    checkpoint()
-                elif t.checkpoint_every and not skipped and progress.step % t.checkpoint_every == 0:
-                    checkpoint()
-                progress.stop_reason = stop_reason(progress, t)
-                progress.finished = bool(progress.stop_reason)
-                signalled = stop.agree(procs)
-                if progress.finished or signalled or end_of_epoch:
-                    break
+            groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
+            with D.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
+                while progress.batch_in_epoch < len(batches):
+                    group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
+                    started = time.perf_counter()
+                    step = progress.step + 1
+                    stats = step_model.run(lambda m: _update(m, wrapped, optimizer, scaler, share, config, step, procs),
+                                           optimizer)
+                    progress.train_seconds += time.perf_counter() - started
+                    progress.batch_in_epoch += len(group)
+                    skipped = "skipped" in stats
+                    if skipped:
+                        _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log,
+                                      bad=not stats.get("loss_scale_lowered"))
+                    else:
+                        progress.bad_in_a_row = 0
+                        progress.step += 1
+                        progress.target_tokens += stats["tokens"]
+                    if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
+                        record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
+                                  "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
+                        if procs.is_main:
+                            metrics.write(record)
+                        display.log(record)
+                    if not skipped:
+                        display.advance(progress.step, stats)
+                    end_of_epoch = progress.batch_in_epoch >= len(batches)
+                    if end_of_epoch:
+                        progress.epoch += 1
+                        progress.batch_in_epoch = 0
+                    if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
+                        _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
+                        checkpoint()
+                    elif checkpoint_due(skipped):
+                        checkpoint()
+                    progress.stop_reason = stop_reason(progress, t)
+                    progress.finished = bool(progress.stop_reason)
+                    signalled = stop.agree(procs)
+                    if progress.finished or signalled or end_of_epoch:
+                        break
             if signalled and not progress.finished:
-                checkpoint()
+                checkpoint(snapshot=False)
                 log(f"received {signalled}: checkpoint saved at update {progress.step}; "
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
@@ -384,10 +418,16 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
     if last is not None:
         t = config.train
         accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / "last.pt"))
-        if accum != t.accum_steps:
-            log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
-                f"{procs.world * accum * t.max_tokens} tokens per update")
-            t.accum_steps = accum
+        if accum != accum_steps_for(t, procs.world):
+            tokens = procs.world * accum * t.max_tokens
+            if t.tokens_per_update:
+                log(f"train.tokens_per_update: {t.tokens_per_update} → {tokens} for {procs.world} × {accum} × "
+                    f"{t.max_tokens}")
+                t.tokens_per_update = tokens
+            else:
+                log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
+                    f"{tokens} tokens per update")
+                t.accum_steps = accum
         check_compatible(last, config, str(run_dir / "last.pt"))
     if procs.is_main:
         try:
@@ -399,8 +439,8 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
 
 
 def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> Prepared:
-    """Rank 0 prepares the data first (it may train the tokenizer, and installs it in the run directory);
-    the others then read that tokenizer, so that every rank encodes the data alike."""
+    """Rank 0 prepares the data first (it may train the tokenizer, installs it in the run directory, and
+    encodes and caches the training data); the others then read that tokenizer and map that cache."""
     if procs.is_main:
         prepared = prepare_data(config, run_dir, log)
     procs.barrier()
@@ -423,29 +463,39 @@ def stop_reason(progress: Progress, t) -> str:
     return ""
 
 
-def _update(step_model, wrapped, optimizer, data: D.Encoded, batches: list[list[int]], config: Config, step: int,
-            procs: Group) -> dict:
-    """One optimiser update over `batches`, the batches of all processes together, this one taking its share.
+def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[D.Batch, int]]:
+    """This process's share of an update's `batches` (those of all processes together), collated, with
+    their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only).
 
-    The loss is averaged over the target tokens of all the batches: the gradient is the one that a
-    single process computes from them with accum_steps = len(batches).
+    Each process takes every world-th batch. One left without any (in an epoch's last, short update)
+    must still join DDP's gradient exchange: it runs the first batch with weight 0.
     """
-    t, device = config.train, procs.device
-    # Each process takes every world-th batch. One left without any (in an epoch's last, short update)
-    # must still join DDP's gradient exchange: it runs the first batch with weight 0.
     share = [(D.collate(data, indices), 1) for indices in batches[procs.rank :: procs.world]]
     share = share or [(D.collate(data, batches[0]), 0)]
+    if procs.device.type == "cuda":
+        share = [(batch.pin_memory(), weight) for batch, weight in share]
+    return share
+
+
+def _update(step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int,
+            procs: Group) -> dict:
+    """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
+
+    The loss is averaged over the target tokens of the batches of all processes: the gradient is the
+    one that a single process computes from all of them with accum_steps = their number.
+    """
+    t, device = config.train, procs.device
     sizes = [(w * b.n_tgt_tokens, *(w * n for n in b.padding_cells)) for b, w in share]
     n_tokens, pad, cells = (int(n) for n in procs.sum(*map(sum, zip(*sizes))))  # of the whole update
     loss_sum = nll_sum = 0.0
     try:
         for k, (batch, weight) in enumerate(share):
-            batch = batch.to(device)
+            batch = batch.to(device, non_blocking=True)  # from pinned memory on CUDA: overlaps the step
             with procs.accumulating(wrapped, final=k == len(share) - 1):
                 with autocast(device, t.precision):
                     loss, nll = batch_loss(step_model, batch, t.label_smoothing)
                 # DDP averages the gradients of the processes: × world turns the average into the sum.
-                (loss * (weight * procs.world) / n_tokens).backward()
+                scaler.scale(loss * (weight * procs.world) / n_tokens).backward()  # fp16: × the loss scale
             loss_sum += weight * float(loss.detach())
             nll_sum += weight * float(nll)
     except torch.OutOfMemoryError:
@@ -458,24 +508,32 @@ def _update(step_model, wrapped, optimizer, data: D.Encoded, batches: list[list[
         return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
     loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
     # After DDP's exchange every process holds the same gradients, so all of them decide alike.
+    scaler.unscale_(optimizer)  # fp16: gradients back to their true size, before clipping
     grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
     if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
+        if scaler.is_enabled() and math.isfinite(loss_sum):
+            # fp16 overflow of the scaled gradients: the scaler's normal way of finding its scale, not a
+            # bad update, unless the scale has already fallen below 1 (then the gradients are not finite)
+            scale = scaler.get_scale()
+            scaler.update()  # halves the scale
+            return {"skipped": f"fp16 gradient overflow at loss scale {scale:g}", "loss_scale_lowered": scale >= 1}
         return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
     lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr
     fault_point("update")
-    optimizer.step()
+    scaler.step(optimizer)  # = optimizer.step() (the gradients are finite, checked above)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,
             "grad_norm": round(float(grad_norm), 3), "tokens": n_tokens, "padding": round(pad / cells, 3)}
 
 
-def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log) -> None:
-    """Count a skipped update; stop after `limit` in a row (the last checkpoint stays as it was)."""
+def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
+    """Count a skipped update; stop after `limit` bad ones in a row (the last checkpoint stays as it was)."""
     progress.skipped_updates += 1
-    progress.bad_in_a_row += 1
+    progress.bad_in_a_row += int(bad)
     log(f"warning: update {progress.step + 1} skipped: {why} ({progress.skipped_updates} skipped so far)")
     if progress.bad_in_a_row >= limit:
         raise MhatrainError(
@@ -494,15 +552,19 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
     improved = progress.best_score is None or score > progress.best_score
     if improved:
         progress.best_score, progress.best_step, progress.bad_validations = score, progress.step, 0
-        save_checkpoint(run_dir / "best.pt", {"model": model.state_dict(), "config": config.to_dict(),
-                                             "progress": asdict(progress), "vocab_fingerprint": prepared.tokenizer.fingerprint(),
-                                             "vocab_size": prepared.tokenizer.vocab_size})
+        save_checkpoint(run_dir / "best.pt", _weights(model, config, progress, prepared.tokenizer))
     else:
         progress.bad_validations += 1
     record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
               "valid_seconds": round(time.perf_counter() - started, 1)}
     metrics.write(record)
     display.log(record)
+
+
+def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) -> dict:
+    """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
+    return {"model": model.state_dict(), "config": config.to_dict(), "progress": asdict(progress),
+            "vocab_fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size}
 
 
 def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display,
@@ -548,14 +610,39 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
 
 
-def _maybe_compile(model, enabled: bool, log):
-    if not enabled:
-        return model
-    try:
-        return torch.compile(model)
-    except Exception as exc:  # compile is an optimisation: never fatal
-        log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
-        return model
+class CompiledStep:
+    """The model that training steps call: with train.compile, torch.compile'd, until the first update
+    fails (compilation happens in its first forward and backward, so that is where its errors surface):
+    then, after one warning line, the update is redone eagerly from the same state and random numbers."""
+
+    def __init__(self, wrapped, enabled: bool, log):
+        self.eager, self.model, self.log = wrapped, wrapped, log
+        if enabled:
+            try:
+                self.model = torch.compile(wrapped)
+            except Exception as exc:  # compile is an optimisation: never fatal
+                log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
+        self.untried = self.model is not wrapped
+
+    def run(self, update, optimizer) -> dict:
+        """`update(model)`, falling back to the eager model if it is the first compiled one and fails."""
+        if not self.untried:
+            return update(self.model)
+        rng = _rng_state()
+        try:
+            stats = update(self.model)
+        except MhatrainError:
+            raise
+        except Exception as exc:  # torch.compile's failures come in many types (backend, lowering, C++ build)
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            self.log(f"warning: torch.compile failed at the first update ({type(exc).__name__}: {first}); "
+                     f"running eager")
+            optimizer.zero_grad(set_to_none=True)
+            _set_rng_state(rng)
+            self.model = self.eager
+            stats = update(self.model)
+        self.untried = False
+        return stats
 
 
 def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mhatrain.config import Config, apply_override, config_from_dict, dump_config, load_config
+from mhatrain.config import Config, accum_steps_for, apply_override, config_from_dict, dump_config, load_config
 from mhatrain.errors import ConfigError
 
 from .conftest import ROOT, TINY
@@ -37,6 +37,16 @@ def test_paper_base_matches_the_paper():
     assert (cfg.decode.beam, cfg.decode.alpha) == (4, 0.6)
 
 
+def test_paper_base_keeps_25k_tokens_per_update_at_any_number_of_gpus():
+    t = load_config(ROOT / "configs" / "paper-base.yaml").train
+    assert [accum_steps_for(t, world) for world in (1, 2)] == [2, 1]  # 25,000 tokens either way
+    assert (t.keep_checkpoints, t.checkpoint_every_minutes) == (5, 10)
+    t.max_tokens = 6250
+    assert [accum_steps_for(t, world) for world in (1, 2, 4, 8)] == [4, 2, 1, 1]
+    t.tokens_per_update = 0
+    assert accum_steps_for(t, 4) == t.accum_steps == 1
+
+
 def test_overrides_are_typed_and_applied():
     cfg = load_config(TINY, ["train.max_tokens=1024", "model.dropout=0.3", "train.lr_factor=2", "data.local_dir=null"])
     assert cfg.train.max_tokens == 1024 and cfg.model.dropout == 0.3
@@ -66,6 +76,11 @@ def test_resolved_config_round_trips(tmp_path):
     ({"data": {"src_lang": "de"}}, "'data.tgt_lang' must differ from data.src_lang ('de')"),
     ({"train": {"device": "gpu"}}, "'train.device' must be auto, cpu, cuda or cuda:N"),
     ({"model": "wide"}, "section 'model' must be a mapping, got str"),
+    ({"train": {"tokens_per_update": 25000, "accum_steps": 2}},
+     "'train.tokens_per_update' and train.accum_steps=2 both set the batches per update"),
+    ({"train": {"tokens_per_update": 1000, "max_tokens": 4096}}, "'train.tokens_per_update' must be at least"),
+    ({"train": {"keep_checkpoints": -1}}, "'train.keep_checkpoints' must not be negative"),
+    ({"train": {"checkpoint_every_minutes": -1}}, "'train.checkpoint_every_minutes' must not be negative"),
 ])
 def test_bad_values_name_key_and_file(tmp_path, data, expected):
     path = write(tmp_path, data)

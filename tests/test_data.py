@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
+
+import torch
 
 from mhatrain import data as D
 from mhatrain.config import DataConfig
@@ -98,22 +101,15 @@ def test_jsonl_errors_name_the_line(tmp_path):
         D.load_split(cfg_for(tmp_path), "train")
 
 
-class FakeDataset:
-    def __init__(self, columns: dict):
-        self.columns = columns
-        self.column_names = list(columns)
-
-    def __getitem__(self, name):
-        return self.columns[name]
-
-
-def test_hub_fields_and_translation_dicts(monkeypatch):
+def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
     import datasets
 
     tables = {
-        "fields": FakeDataset({"en": ["a"], "de": ["b"]}),
-        "nested": FakeDataset({"translation": [{"en": "c", "de": "d"}]}),
-        "other": FakeDataset({"text": ["e"]}),
+        "fields": datasets.Dataset.from_dict({"en": ["a", "a2"], "de": ["b", "b2"]}),
+        "nested": datasets.Dataset.from_dict({"translation": [{"en": "c", "de": "d"}, {"en": "c2", "de": "d2"}]}),
+        "other": datasets.Dataset.from_dict({"text": ["e"]}),
+        "no-de": datasets.Dataset.from_dict({"translation": [{"en": "c", "fr": "d"}]}),
+        "numbers": datasets.Dataset.from_dict({"en": [1], "de": [2]}),
     }
     calls = []
 
@@ -122,11 +118,16 @@ def test_hub_fields_and_translation_dicts(monkeypatch):
         return tables[name]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    assert D.load_split(DataConfig(dataset="fields"), "train").tgt == ["b"]
-    assert D.load_split(DataConfig(dataset="nested", dataset_config="de-en"), "test").src == ["c"]
+    assert D.load_split(DataConfig(dataset="fields"), "train").tgt == ["b", "b2"]
+    nested = D.load_split(DataConfig(dataset="nested", dataset_config="de-en"), "test")
+    assert (nested.src, nested.tgt) == (["c", "c2"], ["d", "d2"])
     assert calls[1] == ("nested", "de-en", "test")
     with pytest.raises(DataError, match="no fields 'en'/'de' or 'translation'"):
         D.load_split(DataConfig(dataset="other"), "train")
+    with pytest.raises(DataError, match="missing language field 'de' in 'translation' \\(fields: en, fr\\)"):
+        D.load_split(DataConfig(dataset="no-de"), "train")
+    with pytest.raises(DataError, match="field 'en' must hold strings"):
+        D.load_split(DataConfig(dataset="numbers"), "train")
 
 
 def test_hub_failure_suggests_local_files(monkeypatch):
@@ -144,17 +145,17 @@ def test_hub_failure_suggests_local_files(monkeypatch):
 def toy_tokenizer(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     cfg = DataConfig(local_dir=str(TOY), vocab_size=64, cache_dir=str(cache))
-    path = D.train_or_load_tokenizer(cfg, D.load_split(cfg, "train"), log=lambda *_: None)
+    path = D.train_or_load_tokenizer(cfg, log=lambda *_: None)
     return D.Tokenizer(path), cfg
 
 
 def test_tokenizer_is_cached_and_reused(toy_tokenizer):
     tokenizer, cfg = toy_tokenizer
     messages = []
-    again = D.train_or_load_tokenizer(cfg, D.load_split(cfg, "train"), log=messages.append)
+    again = D.train_or_load_tokenizer(cfg, log=messages.append)
     assert again == tokenizer.path and "reusing cached" in messages[0]
     other = D.train_or_load_tokenizer(
-        DataConfig(**{**cfg.__dict__, "vocab_size": 60}), D.load_split(cfg, "train"), log=lambda *_: None)
+        DataConfig(**{**cfg.__dict__, "vocab_size": 60}), log=lambda *_: None)
     assert other != tokenizer.path
 
 
@@ -169,7 +170,8 @@ def test_filtering_counts_empty_and_long_pairs(toy_tokenizer):
     tokenizer, _ = toy_tokenizer
     corpus = D.Corpus("x", ["The cat.", "", "The dog " * 40, "The hat."], ["Die katze.", "Die", "Die hund", ""])
     kept = D.encode_corpus(tokenizer, corpus, max_length=30)
-    assert (len(kept), kept.dropped_empty, kept.dropped_long, kept.index) == (1, 2, 1, [0])
+    assert (len(kept), kept.dropped_empty, kept.dropped_long, kept.index.tolist()) == (1, 2, 1, [0])
+    assert kept.src.ids.dtype == np.uint16 and kept.src[0] == tokenizer.encode(["The cat."])[0]
 
 
 def test_batches_respect_budget_cover_data_and_are_deterministic():
@@ -193,3 +195,92 @@ def test_length_bucketing_keeps_padding_low(toy_tokenizer):
         assert batch.tgt_in[:, 0].eq(D.BOS).all()
         assert (batch.tgt_out == D.EOS).sum() == len(indices)
     assert pad / cells < 0.25
+
+
+# Batches as the list-based code before the flat arrays made them (frozen from its output):
+# the same lengths, budget and seeds must give the same batches in the same order.
+FROZEN_LENGTHS = [(i * 7) % 23 + 2 for i in range(40)] + [70, 3]
+FROZEN_BATCHES = {
+    (3, 0): [[12, 35, 22], [18, 5, 28, 38], [32, 9, 19], [0, 23, 10, 41, 33, 20, 7, 30, 17], [15, 2, 25], [40],
+             [26, 3], [13, 36], [11, 34, 21, 8, 31], [27, 4, 14, 37, 24, 1], [6, 29], [16, 39]],
+    (3, 1): [[15, 25, 2], [27, 4, 37, 14, 1, 24], [12, 35, 22], [40], [39, 16], [32, 9, 19], [26, 3],
+             [34, 11, 21, 8, 31], [13, 36], [6, 29], [18, 5, 28, 38], [23, 0, 10, 33, 41, 20, 30, 7, 17]],
+    (None, 0): [[0, 23, 10, 33, 41, 20, 7, 30, 17], [4, 27, 14, 37, 1, 24], [11, 34, 21, 8, 31], [18, 5, 28, 15],
+                [38, 2, 25], [12, 35, 22], [9, 32, 19], [6, 29], [16, 39], [3, 26], [13, 36], [40]],
+}
+
+
+@pytest.mark.parametrize("seed,epoch", list(FROZEN_BATCHES))
+def test_batches_are_those_of_the_list_based_code(seed, epoch):
+    assert D.batch_indices(FROZEN_LENGTHS, 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
+    assert D.batch_indices(np.array(FROZEN_LENGTHS), 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
+
+
+def test_collate_pads_as_the_list_based_code():
+    data = D.Encoded.from_lists([[5, 6, 7], [8], [9, 10]], [[11], [12, 13, 14, 15], [16, 17]], [0, 1, 2])
+    batch = D.collate(data, [2, 0, 1])
+    assert batch.src.tolist() == [[9, 10, 3, 0], [5, 6, 7, 3], [8, 3, 0, 0]]
+    assert batch.tgt_in.tolist() == [[2, 16, 17, 0, 0], [2, 11, 0, 0, 0], [2, 12, 13, 14, 15]]
+    assert batch.tgt_out.tolist() == [[16, 17, 3, 0, 0], [11, 3, 0, 0, 0], [12, 13, 14, 15, 3]]
+    assert batch.src.dtype == torch.long and batch.indices == [2, 0, 1]
+
+
+def test_token_table_selects_and_truncates():
+    table = D.TokenTable.from_lists([[1, 2, 3], [], [4, 5], [6]], dtype=np.uint16)
+    assert table.lengths.tolist() == [3, 0, 2, 1] and table[2] == [4, 5]
+    picked = table.select(np.array([3, 0, 2]), max_length=2)
+    assert picked.tolist() == [[6], [1, 2], [4, 5]] and picked.ids.dtype == np.uint16
+
+
+def test_encoded_training_data_is_cached_and_mapped(toy_tokenizer, tmp_path):
+    from mhatrain.tokens import load_encoded, save_encoded
+
+    tokenizer, cfg = toy_tokenizer
+    cfg = DataConfig(**{**cfg.__dict__, "cache_dir": str(tmp_path)})
+    encoded = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=20)
+    key = D.train_data_key(cfg)
+    where = D.encoded_cache_dir(cfg, key, tokenizer, 20)
+    assert where == D.encoded_cache_dir(cfg, key, tokenizer, 20) != D.encoded_cache_dir(cfg, key, tokenizer, 30)
+    assert load_encoded(where) is None
+    save_encoded(where, encoded)
+    mapped = load_encoded(where)
+    assert isinstance(mapped.src.ids, np.memmap) and mapped.dropped_long == encoded.dropped_long > 0
+    for a, b in ((mapped.src, encoded.src), (mapped.tgt, encoded.tgt)):
+        assert a.tolist() == b.tolist()
+    assert mapped.index.tolist() == encoded.index.tolist()
+    order = D.batch_indices(D.pair_lengths(mapped), 300, seed=1)
+    assert order == D.batch_indices(D.pair_lengths(encoded), 300, seed=1)
+    assert D.collate(mapped, order[0]).src.equal(D.collate(encoded, order[0]).src)
+
+
+def test_cache_key_follows_the_source_files(toy_tokenizer, toy_copy):
+    tokenizer, cfg = toy_tokenizer
+    cfg = DataConfig(**{**cfg.__dict__, "local_dir": str(toy_copy)})
+    before = D.train_data_key(cfg)
+    assert D.train_data_key(DataConfig(**{**cfg.__dict__, "max_train_examples": 10})) != before
+    with open(toy_copy / "train.de", "a") as f:
+        f.write("Noch ein Satz.\n")
+    with open(toy_copy / "train.en", "a") as f:
+        f.write("One more sentence.\n")
+    assert D.train_data_key(cfg) != before
+
+
+def test_prefetcher_yields_in_order_stops_when_left_and_raises_errors(toy_tokenizer):
+    tokenizer, cfg = toy_tokenizer
+    data = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=64)
+    groups = D.batch_indices(D.pair_lengths(data), 300, seed=2)
+    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=2) as ahead:
+        built = list(zip(groups, ahead))
+    assert len(built) == len(groups)
+    for indices, batch in built:
+        direct = D.collate(data, indices)
+        assert batch.indices == indices and batch.src.equal(direct.src) and batch.tgt_out.equal(direct.tgt_out)
+    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=1) as ahead:
+        next(ahead)  # left with most of the batches unbuilt
+    assert not ahead._thread.is_alive()
+
+    def broken(_):
+        raise ValueError("cannot build this batch")
+
+    with pytest.raises(ValueError, match="cannot build this batch"), D.Prefetcher(broken, [0]) as ahead:
+        next(ahead)

@@ -135,6 +135,17 @@ def test_resume_keeps_the_tokens_per_update_unless_told(saved, world, accum, cha
             resume_accum_steps(saved, config, world, change, "last.pt")
 
 
+def test_tokens_per_update_resumes_on_another_number_of_processes():
+    """A run with train.tokens_per_update=4096 and max_tokens 2048 accumulates 2 batches in one process
+    and 1 in each of 2: the same update, so the resume needs no --keep-batch."""
+    config = load_config(TINY, ["train.tokens_per_update=4096", "train.max_tokens=2048"], check_paths=False)
+    saved = {"progress": {"world_size": 1}, "config": config.to_dict()}
+    assert resume_accum_steps(saved, config, 2, "", "last.pt") == 1
+    assert resume_accum_steps(saved, config, 1, "", "last.pt") == 2
+    with pytest.raises(CheckpointError, match="resuming with 4 processes × 1 accumulation × 2048 = 8192"):
+        resume_accum_steps(saved, config, 4, "", "last.pt")
+
+
 MEET = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -95,6 +96,90 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     assert "checkpoint saved at update" in stdout and "--resume" in stdout
     assert "Traceback" not in stderr
     assert load_checkpoint(out / "last.pt")["progress"]["finished"] is False
+
+
+def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeypatch):
+    """Checkpoints every 5 updates keep the weights of the newest 3; `average --last 3` takes them;
+    a resume from an earlier checkpoint drops the snapshots after it."""
+    from mhatrain.average import average_checkpoints, last_snapshots
+    from mhatrain.checkpoint import list_snapshots
+
+    run = tmp_path / "run"
+    train(quiet_config(spm_cache, "train.max_steps=22", "train.checkpoint_every=5", "train.keep_checkpoints=3",
+                       "train.valid_bleu=false"), run, console=Silent())
+    assert [step for step, _ in list_snapshots(run)] == [15, 20, 22]  # 22: the final checkpoint
+    assert_same_weights(load_checkpoint(run / "snapshots" / "step00000022.pt")["model"], weights(run))
+    paths = last_snapshots(run, 3)
+    assert average_checkpoints(paths)["averaged_steps"] == [15, 20, 22]
+    with pytest.raises(CheckpointError, match="given twice"):
+        average_checkpoints([paths[0], paths[1], run / "snapshots" / ".." / "snapshots" / paths[0].name])
+    with pytest.raises(CheckpointError, match="holds 3 snapshot\\(s\\) in snapshots/, fewer than --last 5"):
+        last_snapshots(run, 5)
+    result = run_cli("average", str(run), "--last", "2")
+    assert result.returncode == 0, result.stderr
+    assert "step00000020.pt, step00000022.pt" in result.stdout
+    result = run_cli("eval", str(run), "--split", "valid", "--beam", "1", "--checkpoint", "averaged")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((run / "eval" / "valid.beam1.averaged.json").read_text())
+    assert report["averaged_steps"] == [20, 22] and report["averaged_from"][1].endswith("step00000022.pt")
+    both = run_cli("average", str(run), str(paths[0]), "--last", "2")
+    assert both.returncode != 0 and "either checkpoint files or --last N, not both" in both.stderr
+
+    # last.pt back at update 20 (as after a crash): resuming drops the snapshot of update 22
+    (run / "last.pt").unlink()
+    (run / "last.prev.pt").rename(run / "last.pt")
+    train(quiet_config(spm_cache, "train.max_steps=21", "train.checkpoint_every=5", "train.keep_checkpoints=3",
+                       "train.valid_bleu=false"), run, resume=True, console=Silent())
+    assert [step for step, _ in list_snapshots(run)] == [15, 20, 21]
+
+
+def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
+    """With a clock that moves a minute per reading, every update is due a timed checkpoint."""
+    import mhatrain.train as T
+    from mhatrain.checkpoint import list_snapshots
+
+    minutes = iter(range(10_000))
+    monkeypatch.setattr(T.time, "monotonic", lambda: 60.0 * next(minutes))
+    train(quiet_config(spm_cache, "train.max_steps=4", "train.checkpoint_every_minutes=1", "train.keep_checkpoints=9",
+                       "train.valid_bleu=false"), tmp_path / "run", console=Silent())
+    assert [step for step, _ in list_snapshots(tmp_path / "run")] == [1, 2, 3, 4]
+
+
+def test_a_compile_failure_at_the_first_update_falls_back_to_eager(tmp_path, spm_cache, monkeypatch):
+    """torch.compile succeeds but the compiled model fails when first called (as a backend failure does):
+    one warning line, then the same weights as an eager run (the update is redone from the same state)."""
+    calls = []
+
+    def failing_compile(model, **kwargs):
+        def compiled(*args, **kw):
+            calls.append(1)
+            raise RuntimeError("backend compiler failed\nlong traceback text")
+        return compiled
+
+    eager = tmp_path / "eager"
+    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false"), eager, console=Silent())
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    output = io.StringIO()
+    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false", "train.compile=true"),
+          tmp_path / "compiled", console=Console(file=output, width=300))
+    warnings = [line for line in output.getvalue().splitlines() if "torch.compile" in line]
+    assert warnings == ["warning: torch.compile failed at the first update (RuntimeError: backend compiler failed); "
+                        "running eager"]
+    assert len(calls) == 1
+    assert_same_weights(weights(eager), weights(tmp_path / "compiled"))
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_training_forward_compiles_as_one_graph(norm):
+    """No graph breaks: the byte dropout's random_() and per-call closures in the layers broke the
+    graph (and recompiled) before."""
+    from mhatrain.model import build_model
+
+    config = load_config(TINY, ["model.dropout=0.1", "model.attention_dropout=0.1", f"model.norm={norm}"])
+    model = build_model(config.model, 64).train()
+    src, tgt = torch.randint(4, 64, (3, 7)), torch.randint(4, 64, (3, 6))
+    explained = torch._dynamo.explain(model)(src, tgt)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
 def test_run_dir_with_a_run_is_not_overwritten(tmp_path, spm_cache):
@@ -211,6 +296,33 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
               out, console=Silent())
     state = load_checkpoint(out / "last.pt")
     assert state["progress"]["step"] == 4
+    assert all(torch.isfinite(w).all() for w in state["model"].values())
+
+
+def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache, monkeypatch):
+    """fp16 trains through torch.amp.GradScaler: an update whose scaled gradients overflow (the loss itself
+    finite) is skipped and halves the scale, and such skips do not count towards train.max_bad_updates."""
+    import mhatrain.train as T
+
+    real, calls = T.batch_loss, {"n": 0}
+
+    def overflowing(model, batch, smoothing):
+        calls["n"] += 1
+        loss, nll = real(model, batch, smoothing)
+        if calls["n"] in (3, 4, 5):  # the same value, a gradient beyond fp32 once scaled
+            weight = next(model.parameters())
+            loss = loss + (weight.sum() - weight.sum().detach()) * 3e38
+        return loss, nll
+
+    monkeypatch.setattr(T, "batch_loss", overflowing)
+    output = io.StringIO()
+    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false", "train.precision=fp16",
+                                 "train.max_bad_updates=2"), tmp_path / "run", console=Console(file=output, width=300))
+    assert summary["skipped_updates"] == 3 and summary["updates"] == 6
+    assert "update 3 skipped: fp16 gradient overflow at loss scale 65536" in output.getvalue()
+    assert "update 3 skipped: fp16 gradient overflow at loss scale 16384" in output.getvalue()
+    state = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert state["scaler"]["scale"] == 65536 / 8
     assert all(torch.isfinite(w).all() for w in state["model"].values())
 
 

@@ -25,7 +25,7 @@ from .. import data as D
 from ..config import Config, DecodeConfig, ModelConfig
 from ..decode import beam_search
 from ..model import build_model
-from ..train import autocast
+from ..precision import autocast
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
 from .memory import Workload

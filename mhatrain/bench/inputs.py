@@ -54,8 +54,7 @@ def _with_local_dir(config: Config, directory: Path) -> Config:
 def load_tokenizer(config: Config, directory: Path, log) -> D.Tokenizer:
     """The config's joint SentencePiece model for this data (cached in data.cache_dir)."""
     config = _with_local_dir(config, directory)
-    corpus = D.load_split(config.data, config.data.train_split)
-    return D.Tokenizer(D.train_or_load_tokenizer(config.data, corpus, log))
+    return D.Tokenizer(D.train_or_load_tokenizer(config.data, log))
 
 
 @dataclass
@@ -89,7 +88,7 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int) -> D.Encoded:
     def ids(length: int) -> list[int]:
         return torch.randint(4, vocab_size, (length,), generator=g).tolist()
 
-    return D.Encoded([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
+    return D.Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
 
 
 def test_sources(options: BenchOptions, config: Config, tokenizer: D.Tokenizer | None, n: int,

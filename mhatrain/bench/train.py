@@ -18,7 +18,8 @@ import torch
 from .. import data as D
 from ..config import Config, ModelConfig, TrainConfig
 from ..model import build_model, count_parameters
-from ..train import autocast, batch_loss, make_optimizer
+from ..precision import autocast
+from ..train import batch_loss, make_optimizer
 from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
 from .measure import measure_peers
