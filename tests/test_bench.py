@@ -215,3 +215,43 @@ def test_flop_count_is_the_models_matmul_weights_per_token():
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     attention = 2 * cfg.d_model * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
     assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
+
+
+# ----------------------------------------------------------------------------- --against: an A/B of two checkouts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_against_times_another_checkouts_step_and_checks_it_computes_ours(tmp_path):
+    """The other checkout (here a copy of this one) is imported beside ours and is the only peer."""
+    import shutil
+
+    shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
+    (result,) = run_benches(["train"], options)
+    peer = f"against {tmp_path.name}"  # not a git checkout: named after its folder
+    assert_consistent(result.to_dict(), {OURS, peer}, "tokens/s")
+    assert any(c.name.startswith(f"{peer} with our weights gives our loss and gradients") for c in result.checks)
+    assert {(t.peer, t.minimum) for t in result.targets} >= {(peer, 1.4)}
+
+
+def test_against_notices_a_checkout_that_computes_another_loss(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    loss = tmp_path / "mhatrain" / "loss.py"
+    loss.write_text(loss.read_text().replace("(1.0 - smoothing) * nll", "(1.0 - 2 * smoothing) * nll"))
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
+    (result,) = run_benches(["train"], options)
+    (check,) = [c for c in result.checks if "loss and gradients" in c.name]
+    assert not check.passed
+
+
+@pytest.mark.parametrize("names, path, fragment", [
+    (["train"], "no-such-dir", "not a checkout of mhatrain"),
+    (["decode"], ".", "--against applies to `mhatrain bench train` only"),
+])
+def test_bad_against_fails_before_measuring(names, path, fragment):
+    with pytest.raises(MhatrainError) as caught:
+        check_options(names, BenchOptions(against=Path(path)), heads_given=False)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
