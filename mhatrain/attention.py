@@ -134,46 +134,28 @@ class KVCache:
     encoder output (`static`). Tensors are [B, H, T, Dh]. `group`: query rows per cached row. In
     beam search the beams of a sentence are `group` consecutive query rows that share its encoder
     keys/values, which are then computed, stored and read once per sentence, not once per beam.
-    `storage` ([2, B, H, capacity, Dh], optional): room allocated up front, into which self-attention
-    writes each step's keys and values in place (k and v are then views of it) instead of
-    concatenating a new tensor each step; beyond its capacity appending concatenates.
     """
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
     static: bool = False
     group: int = 1
-    storage: torch.Tensor | None = None
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Self-attention: add the new positions' keys and values ([B, H, Tk_new, Dh]); returns all so far."""
-        past = 0 if self.k is None else self.k.size(2)
-        end = past + k.size(2)
-        if self.storage is not None and end <= self.storage.size(3):
-            self.storage[0, :, :, past:end] = k
-            self.storage[1, :, :, past:end] = v
-            self.k, self.v = self.storage[0, :, :, :end], self.storage[1, :, :, :end]
-        elif self.k is not None:
-            self.storage = None
-            self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # [B, H, end, Dh]
-        else:
-            self.k, self.v = k, v
-        return self.k, self.v
+        """Self-attention: add the new positions' keys and values ([B, H, Tk_new, Dh]); returns all so far.
 
-    def attach(self, storage: torch.Tensor, length: int) -> None:
-        """Use `storage` ([2, B, H, capacity, Dh]), whose first `length` positions hold the keys/values so far."""
-        self.storage = storage
-        if length:
-            self.k, self.v = storage[0, :, :, :length], storage[1, :, :, :length]
+        A new contiguous tensor each step: the attention product over a slice of a preallocated
+        buffer (strided rows) cost more than this copy saved (see docs/performance.md)."""
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
+        self.k, self.v = k, v
+        return k, v
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (in that order): beam search reordering and pruning.
-
-        Advanced indexing, not index_select: on CPU index_select copies bf16 rows several times slower."""
-        if self.storage is not None:
-            self.attach(self.storage[:, index], 0 if self.k is None else self.k.size(2))
-        elif self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
+        """Keep batch rows `index` (in that order): beam search reordering and pruning."""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):

@@ -11,8 +11,7 @@ largest penalty it can still reach (alpha > 0: at its length limit). Done senten
 batch, so the cache shrinks as the batch finishes.
 
 Every step runs on the device without reading anything back (the host reads one count of done
-sentences per step on the CPU, every few steps elsewhere): finished hypotheses are kept in tensors,
-and the cache is allocated once for the longest search and reordered with one copy per step.
+sentences per step on the CPU, every few steps elsewhere): finished hypotheses are kept in tensors.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
     steps = int(limits.max()) + 1
-    cache = model.new_cache(*model.encode(src, gates=gates), capacity=steps if use_cache else 0)
+    cache = model.new_cache(*model.encode(src, gates=gates))
     out = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the tokens
     out[:, 0] = BOS
     finished = torch.zeros(B, dtype=torch.bool, device=device)
@@ -137,7 +136,7 @@ def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig,
     limits = length_limits(src, cfg, model)
     steps = int(limits.max()) + 1
     # rows: K beams per sentence
-    cache = model.new_cache(*model.encode(src, gates=gates), beam=K, capacity=steps if use_cache else 0)
+    cache = model.new_cache(*model.encode(src, gates=gates), beam=K)
 
     sentence = torch.arange(B, device=device)  # original index of each active sentence
     tokens = torch.full((B * K, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the beam's tokens

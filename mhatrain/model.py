@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, Mask, MultiHeadAttention, compute_dtype
+from .attention import KVCache, Mask, MultiHeadAttention
 from .config import ModelConfig
 from .data import PAD
 from .dropout import Dropout
@@ -139,10 +139,7 @@ class DecoderCache:
     """Per-layer key/value caches for incremental decoding, plus the encoder side it belongs to.
 
     The decoder runs `beam` rows per sentence (a sentence's beams next to each other); the encoder
-    side (memory, src_mask, cross-attention keys/values) keeps one row per sentence. With a
-    `capacity` (target positions), self-attention keys/values of every layer live in one tensor
-    allocated at the first step, [L, 2, rows, H, capacity, Dh]: each step writes into it in place and
-    a reorder is one indexing of it, not a concatenation and two copies per layer.
+    side (memory, src_mask, cross-attention keys/values) keeps one row per sentence.
     """
 
     layers: list[LayerCache]
@@ -150,34 +147,19 @@ class DecoderCache:
     src_mask: torch.Tensor  # [B, 1, 1, S]
     beam: int = 1
     length: int = 0  # target positions decoded so far
-    capacity: int = 0  # target positions the shared self-attention storage holds (0: grow per step)
-    self_storage: torch.Tensor | None = None  # [L, 2, rows, H, capacity, Dh]
-
-    def allocate(self, rows: int, n_heads: int, d_head: int, dtype: torch.dtype, device) -> None:
-        """Make the shared self-attention storage (before the first step) and hand each layer its part."""
-        shape = (len(self.layers), 2, rows, n_heads, self.capacity, d_head)
-        self.self_storage = torch.empty(shape, dtype=dtype, device=device)
-        self._attach()
-
-    def _attach(self) -> None:
-        for i, layer in enumerate(self.layers):
-            layer.self_attn.attach(self.self_storage[i], self.length)
 
     def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
         """Keep decoder rows `rows`, in that order. The encoder side follows `sentences` (the
         sentences still decoding) when given; with one row per sentence (beam 1) it follows `rows`."""
         if sentences is None and self.beam == 1:
             sentences = rows
-        if self.self_storage is not None:
-            self.self_storage = self.self_storage[:, :, rows]  # every layer in one copy
-            self._attach()
-        else:
-            for layer in self.layers:
-                layer.self_attn.reorder(rows)
-        if sentences is not None:
-            for layer in self.layers:
+        for layer in self.layers:
+            layer.self_attn.reorder(rows)
+            if sentences is not None:
                 layer.cross_attn.reorder(sentences)
-            self.memory, self.src_mask = self.memory[sentences], self.src_mask[sentences]
+        if sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.src_mask = self.src_mask.index_select(0, sentences)
 
 
 @dataclass
@@ -253,9 +235,6 @@ class Transformer(nn.Module):
         """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
-        if cache is not None and cache.capacity and cache.self_storage is None:
-            cache.allocate(tgt_in.size(0), self.cfg.n_heads, self.cfg.d_model // self.cfg.n_heads,
-                           compute_dtype(self.embed.weight), tgt_in.device)
         padding = padding_mask(tgt_in) if attention is not None and cache is None else None
         tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
         y = self._embed(tgt_in, offset)
@@ -280,10 +259,9 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
-    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1, capacity: int = 0) -> DecoderCache:
-        """An empty cache for decoding `beam` rows per sentence of `memory`, with room for `capacity`
-        target positions allocated up front (0: grown per step; see DecoderCache)."""
-        return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam, capacity=capacity)
+    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1) -> DecoderCache:
+        """An empty cache for decoding `beam` rows per sentence of `memory` (see DecoderCache)."""
+        return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam)
 
 
 def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:

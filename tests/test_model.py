@@ -323,25 +323,3 @@ def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precisi
     assert_close(new_loss, ref_loss, **tol)
     for name in ref_grads:
         assert_close(new_grads[name], ref_grads[name], **tol), name
-
-
-def test_preallocated_cache_equals_a_growing_cache_through_reorders():
-    """capacity > 0: keys/values written in place into one tensor for all layers, reordered with one
-    copy; the same logits as concatenating per layer, and past the capacity it still grows."""
-    model = small_model()
-    memory, src_mask = encoded_batch(model)
-    tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 6, seed=31)], dim=1)  # [3, 7]
-    index = torch.tensor([2, 0, 0, 1])
-    outputs = []
-    with torch.no_grad():
-        for capacity in (0, 5):
-            cache = model.new_cache(memory, src_mask, capacity=capacity)
-            steps = [model.decode(tgt[:, t:t + 1], cache.memory, cache.src_mask, cache=cache) for t in range(3)]
-            cache.reorder(index)
-            permuted = tgt.index_select(0, index)
-            steps += [model.decode(permuted[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
-                      for t in range(3, 7)]  # 7 positions: 2 beyond the capacity of 5
-            outputs.append((torch.cat(steps[:3], dim=1), torch.cat(steps[3:], dim=1)))
-            assert cache.layers[1].self_attn.k.shape == (4, 4, 7, 8)
-    for new, old in zip(outputs[1], outputs[0]):
-        assert_close(new, old, **TOL)
