@@ -77,12 +77,12 @@ class Mask:
         return self._made["bias", dtype]
 
 
-def as_mask(mask: "Mask | torch.Tensor | None") -> Mask | None:
+def as_mask(mask: Mask | torch.Tensor | None) -> Mask | None:
     """A boolean tensor (True = may attend) or a Mask → a Mask (None stays None)."""
     return Mask(mask) if isinstance(mask, torch.Tensor) else mask
 
 
-def explicit_attention(q, k, v, mask: "Mask | torch.Tensor | None", dropout_p: float = 0.0, training: bool = False):
+def explicit_attention(q, k, v, mask: Mask | torch.Tensor | None, dropout_p: float = 0.0, training: bool = False):
     """softmax(q kᵀ / sqrt(Dh)) v with the probabilities returned: [B,H,Tq,Dh], [B,H,Tq,Tk].
 
     The scores are the largest tensor (Tk / Dh times the size of q: with small heads many times), so

@@ -92,7 +92,8 @@ def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
     assert {r.case for r in result.rows} == {"greedy fp32", "beam 4 fp32"}
     tokens = {row.metrics["tokens_per_sentence"] for row in result.rows}
     assert tokens == {7.0}  # --quick: 6 tokens + EOS for every peer
-    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate")}
+    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate"),
+                                                          ("greedy fp32", "HF generate")}
 
 
 def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):

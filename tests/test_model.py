@@ -319,7 +319,7 @@ def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precisi
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (new_loss, new_grads), (ref_loss, ref_grads) = results
-    tol = TOL if precision == "fp32" else dict(atol=1e-2, rtol=1e-2)
+    tol = TOL if precision == "fp32" else {"atol": 1e-2, "rtol": 1e-2}
     assert_close(new_loss, ref_loss, **tol)
     for name in ref_grads:
         assert_close(new_grads[name], ref_grads[name], **tol), name

@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 
 from .. import data as D
-from . import against as other
+from .. import train as our_train
 from ..config import Config, ModelConfig, TrainConfig
 from ..model import build_model, count_parameters
-from .. import train as our_train
 from ..train import batch_loss
+from . import against as other
 from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
 from .measure import measure_peers
