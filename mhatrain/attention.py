@@ -9,13 +9,15 @@ self-attention Q, K and V come from the same input, so W_Q, W_K and W_V are stac
 matmul (the parameters stay three Linear layers).
 
 Shape legend:  B batch · H heads · Tq query length · Tk key length · D d_model · Dh d_head = D / H
-Masks are boolean and broadcast to [B, H, Tq, Tk]; True means "may attend".
+Masks are boolean and broadcast to [B, H, Tq, Tk]; True means "may attend". A `Mask` adds a causal
+flag (the fused kernel's own causal mode on GPUs) and keeps the explicit path's additive bias, so a
+model builds each mask once per forward pass and all its layers share it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -44,17 +46,55 @@ def unfold_group(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
 
 
-def explicit_attention(q, k, v, mask, dropout_p: float = 0.0, training: bool = False):
+@dataclass
+class Mask:
+    """Which keys each query may attend to: `allowed` (boolean, broadcast to [B, H, Tq, Tk], True = may
+    attend; None = every key) and, with `causal`, only keys at positions ≤ the query's (Tq = Tk).
+
+    Built once per forward pass and shared by the layers: the boolean mask and the explicit path's
+    additive bias are made on first use and kept. `causal` without `allowed` lets the fused kernel
+    use its causal mode (no mask tensor at all), which the GPU kernels need for their fastest path.
+    """
+
+    allowed: torch.Tensor | None = None
+    causal: bool = False
+    _made: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def dense(self, tq: int, tk: int, device) -> torch.Tensor | None:
+        """The boolean mask that `allowed` and `causal` make together, [B|1, 1, Tq, Tk] or broadcastable; None: all."""
+        if not self.causal:
+            return self.allowed
+        if "dense" not in self._made:
+            causal = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()[None, None]
+            self._made["dense"] = causal if self.allowed is None else causal & self.allowed
+        return self._made["dense"]
+
+    def bias(self, tq: int, tk: int, dtype: torch.dtype, device) -> torch.Tensor | None:
+        """dense() as an additive bias in `dtype`: 0 where allowed, -inf where not; None: nothing to add."""
+        if ("bias", dtype) not in self._made:
+            dense = self.dense(tq, tk, device)
+            self._made["bias", dtype] = mask_bias(dense, dtype) if dense is not None else None
+        return self._made["bias", dtype]
+
+
+def as_mask(mask: Mask | torch.Tensor | None) -> Mask | None:
+    """A boolean tensor (True = may attend) or a Mask → a Mask (None stays None)."""
+    return Mask(mask) if isinstance(mask, torch.Tensor) else mask
+
+
+def explicit_attention(q, k, v, mask: Mask | torch.Tensor | None, dropout_p: float = 0.0, training: bool = False):
     """softmax(q kᵀ / sqrt(Dh)) v with the probabilities returned: [B,H,Tq,Dh], [B,H,Tq,Tk].
 
     The scores are the largest tensor (Tk / Dh times the size of q: with small heads many times), so
     each pass over them counts: the scale goes on q before the product, the mask is added in place
-    as a bias of the mask's own broadcast shape, and the softmax runs in q's dtype (the kernel
-    accumulates in fp32 for bf16), with no fp32 copy of the scores.
+    as a bias of the mask's own broadcast shape (made once per Mask), and the softmax runs in q's
+    dtype (the kernel accumulates in fp32 for bf16), with no fp32 copy of the scores.
     """
     scores = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # [B, H, Tq, Tk]
-    if mask is not None:
-        scores.add_(mask_bias(mask, scores.dtype))  # the product's backward does not need its output
+    mask = as_mask(mask)
+    bias = mask.bias(q.size(-2), k.size(-2), scores.dtype, q.device) if mask is not None else None
+    if bias is not None:
+        scores.add_(bias)  # the product's backward does not need its output
     probs = torch.softmax(scores, dim=-1)
     dropped = F.dropout(probs, dropout_p, training) if dropout_p > 0 else probs
     return dropped @ v, probs
@@ -65,10 +105,25 @@ def mask_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
+def compute_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a layer with this weight computes in: autocast's when it is on for the weight's device, else the weight's."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
 def fused_kernel_pays(q: torch.Tensor) -> bool:
     """SDPA's CPU kernel is ~8x slower than the explicit path in bf16 (fwd+bwd, Dh=32, measured
     with torch 2.13); it wins in fp32 and on GPUs."""
     return q.device.type != "cpu" or q.dtype == torch.float32
+
+
+def fused_attention(q, k, v, mask: Mask | None, dropout_p: float = 0.0) -> torch.Tensor:
+    """F.scaled_dot_product_attention: [B, H, Tq, Dh]. A causal Mask without padding uses the kernel's
+    causal mode (is_causal: no mask tensor is read, and GPU flash kernels apply)."""
+    if mask is not None and mask.causal and mask.allowed is None and q.size(-2) == k.size(-2):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    dense = mask.dense(q.size(-2), k.size(-2), q.device) if mask is not None else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, dropout_p=dropout_p)
 
 
 @dataclass
@@ -85,6 +140,16 @@ class KVCache:
     v: torch.Tensor | None = None
     static: bool = False
     group: int = 1
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Self-attention: add the new positions' keys and values ([B, H, Tk_new, Dh]); returns all so far.
+
+        A new contiguous tensor each step: the attention product over a slice of a preallocated
+        buffer (strided rows) cost more than this copy saved (see docs/performance.md)."""
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
+        self.k, self.v = k, v
+        return k, v
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows `index` (in that order): beam search reordering and pruning."""
@@ -108,12 +173,33 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(linear.weight)
             if bias:
                 nn.init.zeros_(linear.bias)
+        self._qkv_kept: tuple | None = None  # (key, stacked weight, stacked bias) for decoding: see _stacked_qkv
 
     def _project_qkv(self, x):
         """Self-attention: Q, K and V of x in one matmul (W_Q, W_K, W_V stacked)."""
-        weight = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight])
-        bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.w_q.bias is not None else None
-        return F.linear(x, weight, bias).chunk(3, dim=-1)
+        return F.linear(x, *self._stacked_qkv()).chunk(3, dim=-1)
+
+    def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[W_Q; W_K; W_V] ([3D, D]) and the stacked biases ([3D] or None).
+
+        With gradients the stack is made on each call, so that they flow to the three Linear layers.
+        Without (decoding calls this once per layer and step) it is kept, in autocast's dtype when
+        autocast is on, until a weight changes: the key holds each tensor's storage and version
+        counter, which every in-place update (optimiser step, load_state_dict) advances.
+        """
+        linears = (self.w_q, self.w_k, self.w_v)
+        has_bias = self.w_q.bias is not None
+        if torch.is_grad_enabled():
+            weight = torch.cat([m.weight for m in linears])
+            return weight, torch.cat([m.bias for m in linears]) if has_bias else None
+        dtype = compute_dtype(self.w_q.weight)
+        tensors = [m.weight for m in linears] + ([m.bias for m in linears] if has_bias else [])
+        key = (dtype, *((t.data_ptr(), t._version) for t in tensors))
+        if self._qkv_kept is None or self._qkv_kept[0] != key:
+            weight = torch.cat([m.weight for m in linears]).to(dtype)
+            bias = torch.cat([m.bias for m in linears]).to(dtype) if has_bias else None
+            self._qkv_kept = (key, weight, bias)
+        return self._qkv_kept[1], self._qkv_kept[2]
 
     def forward(
         self,
@@ -146,20 +232,20 @@ class MultiHeadAttention(nn.Module):
                 k = split_heads(self.w_k(key_value), self.n_heads)  # [B, H, Tk_new, Dh]
                 v = split_heads(self.w_v(key_value), self.n_heads)
         if cache is not None and not cached:
-            if not cache.static and cache.k is not None:
-                k = torch.cat([cache.k, k], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
-                v = torch.cat([cache.v, v], dim=2)
-            cache.k, cache.v = k, v
+            if cache.static:
+                cache.k, cache.v = k, v
+            else:
+                k, v = cache.append(k, v)  # [B, H, Tk_past + Tk_new, Dh]
         group = cache.group if cache is not None else 1
         if group > 1:
             q = fold_group(q, group)
         # 3. Scaled dot-product attention, every head at once.
         dropout_p = self.dropout if self.training else 0.0
+        mask = as_mask(mask)
         if need_weights or not fused_kernel_pays(q):
             heads, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
         else:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            probs = None
+            heads, probs = fused_attention(q, k, v, mask, dropout_p), None
         if group > 1:
             heads = unfold_group(heads, group)
             probs = unfold_group(probs, group) if probs is not None else None

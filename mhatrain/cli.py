@@ -268,6 +268,7 @@ def bench(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="decode: a run directory whose best weights ours uses."),
     max_sentences: int = typer.Option(0, "--max-sentences", min=0, help="decode: the first N test sentences (0 = all)."),
     batches: Optional[int] = typer.Option(None, "--batches", min=1, help="train: batches per timed sample (default 4)."),
+    against: Optional[Path] = typer.Option(None, "--against", help="train: time another checkout's step (its root folder) against ours, instead of the usual peers."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),
 ):
@@ -281,7 +282,7 @@ def bench(
         heads=bench_options.parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
         beams=bench_options.parse_int_list(beams, "--beams"), compile=compile_, memory=memory, threads=threads,
         config=config or bench_options.DEFAULT_CONFIG, overrides=tuple(set_ or ()), data_dir=data, checkpoint=checkpoint,
-        max_sentences=max_sentences, batches=batches,
+        max_sentences=max_sentences, batches=batches, against=against,
     )
     bench_options.check_options(chosen, options, heads_given=heads is not None)
     report_benches(chosen, options, console, json_path, markdown_path)

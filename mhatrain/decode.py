@@ -9,6 +9,9 @@ finished hypotheses and is done when no unfinished beam can still beat the best 
 log-probability only falls as it grows, so its best reachable score is its current one over the
 largest penalty it can still reach (alpha > 0: at its length limit). Done sentences leave the
 batch, so the cache shrinks as the batch finishes.
+
+Every step runs on the device without reading anything back (the host reads one count of done
+sentences per step on the CPU, every few steps elsewhere): finished hypotheses are kept in tensors.
 """
 
 from __future__ import annotations
@@ -37,15 +40,16 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> t
 
 
 def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, use_cache: bool, gates,
-                 eos_only: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 eos_only: torch.Tensor, normalise: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, t] tokens so far → ([N, V] float32 logits of the next token, what may not come next at -inf;
-    [N, 1] log-normaliser of the model's distribution).
+    [N, 1] log-normaliser of the model's distribution, or None without `normalise`: greedy search
+    takes the argmax, which the normaliser does not move).
 
     With the cache only the last token is fed; without it the whole prefix is recomputed against
     the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
     `eos_only` (at their length limit) may only end. The normaliser is the logsumexp of the logits
     before any of this, so logit - normaliser is the model's log-probability of a token: a forced
-    EOS is charged what the model gives it, not a free 0.
+    EOS is charged what the model gives it, not a free 0. No step reads anything back from the device.
     """
     if use_cache:
         logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache, gates=gates)
@@ -55,31 +59,44 @@ def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, 
             memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
         logits = model.decode(tokens, memory, src_mask, gates=gates)
     logits = logits[:, -1].float()
-    log_normaliser = logits.logsumexp(dim=1, keepdim=True)
+    log_normaliser = logits.logsumexp(dim=1, keepdim=True) if normalise else None
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
-    if eos_only.any():
-        eos = logits[:, EOS].clone()
-        logits[eos_only] = float("-inf")
-        logits[:, EOS] = eos
+    eos = logits[:, EOS].clone()
+    logits.masked_fill_(eos_only[:, None], float("-inf"))
+    logits[:, EOS] = eos
     return logits, log_normaliser
+
+
+def _reads_every(device: torch.device) -> int:
+    """Steps between the searches' reads of their stopping state: every step on the CPU, where reading
+    a tensor costs nothing; every few on an accelerator, where each read waits for its queue to drain
+    (the steps in between run on, and change no result: see the searches)."""
+    return 1 if device.type == "cpu" else 4
 
 
 @torch.no_grad()
 def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True,
                   gates: HeadGates | None = None) -> list[list[int]]:
-    """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates)."""
-    B = src.size(0)
-    cache = model.new_cache(*model.encode(src, gates=gates))
+    """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates).
+
+    Finished rows go on emitting PAD, which the output drops, so running past the step where every
+    row has finished changes nothing.
+    """
+    B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
-    out = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for step in range(1, int(limits.max()) + 2):
-        logits, _ = _next_logits(model, out, cache, use_cache, gates, eos_only=limits < step)
+    steps = int(limits.max()) + 1
+    cache = model.new_cache(*model.encode(src, gates=gates))
+    out = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the tokens
+    out[:, 0] = BOS
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    every = _reads_every(device)
+    for step in range(1, steps + 1):
+        logits, _ = _next_logits(model, out[:, :step], cache, use_cache, gates, limits < step, normalise=False)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
-        out = torch.cat([out, next_token[:, None]], dim=1)
+        out[:, step] = next_token
         finished |= next_token == EOS
-        if finished.all():
+        if step % every == 0 and bool(finished.all()):
             break
     return [_strip(row) for row in out[:, 1:].tolist()]
 
@@ -108,24 +125,35 @@ def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig,
     its best hypothesis; (-inf, []) if none finished.
 
     stop_early=False runs every sentence to its length limit; the stopping rule is a bound, so the
-    result is the same (the tests check it).
+    result is the same (the tests check it). Every decision is made on the device: the host reads
+    only how many sentences are done (see _reads_every), to end the search and to drop them from
+    the batch. A done sentence that stays in the batch for a few steps is frozen: its finished
+    hypotheses take no newcomers.
     """
     K = beam or cfg.beam
     alpha = cfg.alpha if alpha is None else alpha
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
-    cache = model.new_cache(*model.encode(src, gates=gates), beam=K)  # rows: K beams per sentence
+    steps = int(limits.max()) + 1
+    # rows: K beams per sentence
+    cache = model.new_cache(*model.encode(src, gates=gates), beam=K)
 
     sentence = torch.arange(B, device=device)  # original index of each active sentence
-    tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
+    tokens = torch.full((B * K, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the beam's tokens
+    tokens[:, 0] = BOS
     scores = torch.zeros(B, K, device=device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep only the first alive
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    # Each sentence's K best finished hypotheses (by original index), best first: normalised scores
+    # in float64, as Python's floats were, and tokens (PAD after the last).
+    finished = torch.full((B, K), float("-inf"), dtype=torch.float64, device=device)
+    finished_tokens = torch.full((B, K, steps), PAD, dtype=torch.long, device=device)
+    every = _reads_every(device)
 
-    for step in range(1, int(limits.max()) + 2):
+    for step in range(1, steps + 1):
         n = sentence.numel()
         eos_only = (limits[sentence] < step).repeat_interleave(K)
-        logits, log_normaliser = _next_logits(model, tokens, cache, use_cache, gates, eos_only)  # [n·K, V], [n·K, 1]
+        logits, log_normaliser = _next_logits(model, tokens[:, :step], cache, use_cache, gates, eos_only)
         # The 2K best extensions of each beam hold the 2K best of the sentence, and within a beam
         # log P = logit - normaliser ranks like the logits: no full log-softmax is needed.
         per_beam = min(2 * K, logits.size(-1))
@@ -137,40 +165,42 @@ def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig,
         is_eos = top_token == EOS
 
         # Finished hypotheses: EOS among the K best candidates of a sentence.
-        eos_rows, eos_cols = torch.nonzero(is_eos[:, :K], as_tuple=True)
-        if eos_rows.numel():
-            lp = length_penalty(step, alpha)
-            prefixes = tokens.view(n, K, -1)
-            for r, c in zip(eos_rows.tolist(), eos_cols.tolist()):
-                if top_scores[r, c] == float("-inf"):
-                    continue
-                hyp = prefixes[r, int(top_beam[r, c]), 1:].tolist()
-                _keep_best(finished[int(sentence[r])], (float(top_scores[r, c]) / lp, hyp), K)
+        ended = is_eos[:, :K] & ~done[:, None]
+        new_scores = torch.where(ended, top_scores[:, :K].double() / length_penalty(step, alpha), float("-inf"))
+        prefixes = tokens.view(n, K, -1)[:, :, 1:step]  # [n, K, step - 1] tokens before the EOS
+        new_tokens = torch.full((n, K, steps), PAD, dtype=torch.long, device=device)
+        new_tokens[:, :, : step - 1] = prefixes.gather(1, top_beam[:, :K, None].expand(-1, -1, step - 1))
+        _keep_best(finished, finished_tokens, sentence, new_scores, new_tokens)
 
         # Continue with the K best non-EOS candidates of each sentence.
         rank = torch.arange(2 * K, device=device).expand(n, -1) + is_eos.long() * 2 * K
         keep = rank.argsort(dim=1)[:, :K]  # [n, K]
         scores = top_scores.gather(1, keep)
         beam_of = top_beam.gather(1, keep)
-        token_of = top_token.gather(1, keep)
         source_rows = (torch.arange(n, device=device)[:, None] * K + beam_of).view(-1)  # [n·K]
-        tokens = torch.cat([tokens.index_select(0, source_rows), token_of.view(-1, 1)], dim=1)
+        tokens = tokens[source_rows]
+        tokens[:, step] = top_token.gather(1, keep).view(-1)
 
         # A sentence is done when no live beam can still beat its best finished hypothesis.
-        bound = best_reachable(scores[:, 0], step, limits[sentence], alpha).tolist()
-        done = torch.tensor([stop_early and bool(finished[b]) and bound[r] <= max(f[0] for f in finished[b])
-                             for r, b in enumerate(sentence.tolist())], dtype=torch.bool, device=device)
-        if done.all():
-            break
+        if stop_early:
+            best = finished[sentence, 0]
+            bound = best_reachable(scores[:, 0], step, limits[sentence], alpha)
+            done |= (best > float("-inf")) & (bound.double() <= best)
         active = None
-        if done.any():
-            active = (~done).nonzero(as_tuple=True)[0]
-            sentence, scores = sentence[active], scores[active]
-            source_rows = source_rows.view(n, K)[active].view(-1)
-            tokens = tokens.view(n, K, -1)[active].view(len(active) * K, -1)
+        if step % every == 0:
+            n_done = int(done.sum())
+            if n_done == n:
+                break
+            if n_done:
+                active = (~done).nonzero(as_tuple=True)[0]
+                sentence, scores, done = sentence[active], scores[active], done[active]
+                source_rows = source_rows.view(n, K)[active].view(-1)
+                tokens = tokens.view(n, K, -1)[active].view(len(active) * K, -1)
         cache.reorder(source_rows, sentences=active)
 
-    return [max(f, key=lambda item: item[0]) if f else (float("-inf"), []) for f in finished]
+    best_tokens = finished_tokens[:, 0].tolist()
+    return [(score, [t for t in ids if t != PAD]) if score > float("-inf") else (float("-inf"), [])
+            for score, ids in zip(finished[:, 0].tolist(), best_tokens)]
 
 
 def best_reachable(score: torch.Tensor, step: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -186,14 +216,20 @@ def best_reachable(score: torch.Tensor, step: int, limits: torch.Tensor, alpha: 
     return torch.maximum(score / longest, score / shortest)
 
 
-def _keep_best(finished: list, item: tuple[float, list[int]], k: int) -> None:
-    """Add a finished hypothesis, keeping only the k best by normalised score."""
-    if len(finished) < k:
-        finished.append(item)
-    else:
-        worst = min(range(k), key=lambda i: finished[i][0])
-        if item[0] > finished[worst][0]:
-            finished[worst] = item
+def _keep_best(finished: torch.Tensor, finished_tokens: torch.Tensor, sentence: torch.Tensor,
+               new_scores: torch.Tensor, new_tokens: torch.Tensor) -> None:
+    """Merge new finished hypotheses ([n, K] scores, -inf for none; [n, K, L] tokens) of sentences
+    `sentence` into their K best ([B, K], [B, K, L], best first), in place.
+
+    A stable sort with the kept ones first: a newcomer displaces a kept hypothesis only when it
+    scores strictly higher, and newcomers enter in candidate order.
+    """
+    K = finished.size(1)
+    pool = torch.cat([finished[sentence], new_scores], dim=1)  # [n, 2K]
+    order = pool.sort(dim=1, descending=True, stable=True).indices[:, :K]
+    pool_tokens = torch.cat([finished_tokens[sentence], new_tokens], dim=1)  # [n, 2K, L]
+    finished[sentence] = pool.gather(1, order)
+    finished_tokens[sentence] = pool_tokens.gather(1, order[:, :, None].expand(-1, -1, pool_tokens.size(2)))
 
 
 def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfig, device,

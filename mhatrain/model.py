@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, Mask, MultiHeadAttention
 from .config import ModelConfig
 from .data import PAD
 from .dropout import Dropout
@@ -37,6 +37,23 @@ def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
 def causal_mask(length: int, device=None) -> torch.Tensor:
     """[1, 1, T, T]: position t may attend to positions ≤ t."""
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def self_attention_mask(offset: int, length: int, device=None, padding: torch.Tensor | None = None) -> Mask | None:
+    """The decoder's self-attention mask for `length` new positions after `offset` cached ones.
+
+    Without a cache, causal alone: targets are right-padded, so the keys a real position sees
+    (itself and those before it) are all real, and padded positions are left out of the loss;
+    no padding mask is needed, and the fused kernel can use its causal mode. `padding`
+    ([B, 1, 1, T], True = real) also hides padded keys from padded queries, whose attention maps
+    are then clean (the maps returned for analysis). One new position may see everything cached;
+    several see the cached ones and each other causally.
+    """
+    if offset == 0:
+        return Mask(padding, causal=True)
+    if length == 1:
+        return None
+    return Mask(causal_mask(offset + length, device)[:, :, offset:, :])
 
 
 class FeedForward(nn.Module):
@@ -209,10 +226,11 @@ class Transformer(nn.Module):
                gates: HeadGates | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
         src_mask = padding_mask(src)
+        mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
         for i, layer in enumerate(self.encoder):
             gate = gates.enc_self[i] if gates is not None and gates.enc_self is not None else None
-            x, probs = layer(x, src_mask, need_weights=attention is not None, head_gate=gate)
+            x, probs = layer(x, mask, need_weights=attention is not None, head_gate=gate)
             if attention is not None:
                 attention.enc_self.append(probs)
         return self.enc_norm(x), src_mask
@@ -220,16 +238,14 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: DecoderCache | None = None, attention: Attention | None = None,
                gates: HeadGates | None = None) -> torch.Tensor:
-        """tgt_in: [B, T] (BOS + target so far) → logits [B, T, V].
+        """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
 
         With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
         """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
-        # New positions may see every cached position and the new ones causally.
-        tgt_mask = causal_mask(offset + T, tgt_in.device)[:, :, offset:, :]
-        if cache is None:
-            tgt_mask = tgt_mask & padding_mask(tgt_in)
+        padding = padding_mask(tgt_in) if attention is not None and cache is None else None
+        tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
         y = self._embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
             layer_gates = (
@@ -237,7 +253,7 @@ class Transformer(nn.Module):
                 gates.cross[i] if gates is not None and gates.cross is not None else None,
             )
             y, self_probs, cross_probs = layer(
-                y, memory, tgt_mask, src_mask, cache.layers[i] if cache is not None else None,
+                y, memory, tgt_mask, cross_mask, cache.layers[i] if cache is not None else None,
                 need_weights=attention is not None, gates=layer_gates,
             )
             if attention is not None:

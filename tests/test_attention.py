@@ -227,3 +227,59 @@ def test_bf16_autocast_on_cpu_matches_fp32_within_bf16_rounding(need_weights):
     if need_weights:
         assert_close(probs.float(), expected_probs, atol=1e-2, rtol=3e-2)
         assert torch.all(probs[~mask.expand_as(probs)] == 0)
+
+
+# ----------------------------------------------------------------------------- masks built once, causal mode
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_causal_mask_fused_explicit_and_reference_agree(padding):
+    """Mask(causal=True) without padding takes SDPA's causal mode (no mask tensor); with padding the
+    dense mask. Both equal the explicit path and the per-head reference with a boolean causal mask."""
+    from mhatrain.attention import Mask
+
+    mha = random_mha(32, 4)
+    x = torch.randn(3, 6, 32, generator=torch.Generator().manual_seed(3))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]
+    allowed = key_padding(LENGTHS, 6)[:, None, None, :] if padding else None
+    expected_mask = causal & allowed if padding else causal
+    with torch.no_grad():
+        fused, _ = mha(x, x, Mask(allowed, causal=True))
+        explicit, probs = mha(x, x, Mask(allowed, causal=True), need_weights=True)
+        reference = reference_mha(mha, x, x, expected_mask)
+    real = key_padding(LENGTHS, 6) if padding else torch.ones(3, 6, dtype=torch.bool)
+    assert_close(fused[real], reference[real], **TOL)
+    assert_close(explicit[real], reference[real], **TOL)
+    assert (probs[~expected_mask.expand_as(probs)] == 0).all()
+
+
+def test_a_mask_makes_its_bias_once_per_dtype():
+    from mhatrain.attention import Mask
+
+    mask = Mask(key_padding(LENGTHS, 6)[:, None, None, :], causal=True)
+    bias = mask.bias(6, 6, torch.bfloat16, "cpu")
+    assert mask.bias(6, 6, torch.bfloat16, "cpu") is bias  # shared by every layer of a forward pass
+    assert bias.dtype == torch.bfloat16 and mask.bias(6, 6, torch.float32, "cpu").dtype == torch.float32
+    assert torch.equal(bias == 0, mask.dense(6, 6, "cpu").expand(3, 1, 6, 6))
+
+
+def test_kept_qkv_stack_follows_weight_updates():
+    """Decoding keeps [W_Q; W_K; W_V] between calls; an in-place update of a weight (an optimiser
+    step, load_state_dict) must be seen by the next call, in and out of autocast."""
+    mha = random_mha(32, 4)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        before, _ = mha(x, x)
+        mha.w_k.weight.mul_(2.0)
+        mha.w_v.bias.add_(1.0)
+        after, _ = mha(x, x)
+        expected_after = reference_mha(mha, x, x, None)
+        mha.load_state_dict({k: v.clone() for k, v in random_mha(32, 4, seed=1).state_dict().items()})
+        reloaded, _ = mha(x, x)
+        expected_reloaded = reference_mha(mha, x, x, None)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low, _ = mha(x, x)
+    assert not torch.allclose(before, after)
+    assert_close(after, expected_after, **TOL)
+    assert_close(reloaded, expected_reloaded, **TOL)
+    assert_close(low.float(), reloaded, atol=0.05, rtol=0.05)

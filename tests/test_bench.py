@@ -64,8 +64,8 @@ def test_attention_bench_through_the_cli_writes_json_and_markdown(tmp_path):
     assert {r["case"] for r in attention["rows"]} == {"h=8 fp32", "h=32 fp32", "h=8 bf16", "h=32 bf16"}
     assert len(attention["checks"]) == 4  # one equal-output check per (h, precision)
     assert {(t["case"], t["peer"], t["minimum"]) for t in attention["targets"]} == {
-        ("h=8 fp32", "nn.MultiheadAttention", 1.0), ("h=32 fp32", "article loop", 5.0),
-        ("h=8 bf16", "nn.MultiheadAttention", 1.0), ("h=32 bf16", "article loop", 5.0)}
+        ("h=8 fp32", "nn.MultiheadAttention", 1.0), ("h=32 fp32", "nn.MultiheadAttention", 1.0),
+        ("h=8 bf16", "nn.MultiheadAttention", 1.0), ("h=32 bf16", "nn.MultiheadAttention", 1.0)}
     markdown = out_md.read_text()
     assert "### mhatrain bench attention" in markdown and "| h=32 bf16 | article loop |" in markdown
 
@@ -92,7 +92,8 @@ def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
     assert {r.case for r in result.rows} == {"greedy fp32", "beam 4 fp32"}
     tokens = {row.metrics["tokens_per_sentence"] for row in result.rows}
     assert tokens == {7.0}  # --quick: 6 tokens + EOS for every peer
-    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate")}
+    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate"),
+                                                          ("greedy fp32", "HF generate")}
 
 
 def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
@@ -215,3 +216,43 @@ def test_flop_count_is_the_models_matmul_weights_per_token():
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     attention = 2 * cfg.d_model * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
     assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
+
+
+# ----------------------------------------------------------------------------- --against: an A/B of two checkouts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_against_times_another_checkouts_step_and_checks_it_computes_ours(tmp_path):
+    """The other checkout (here a copy of this one) is imported beside ours and is the only peer."""
+    import shutil
+
+    shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
+    (result,) = run_benches(["train"], options)
+    peer = f"against {tmp_path.name}"  # not a git checkout: named after its folder
+    assert_consistent(result.to_dict(), {OURS, peer}, "tokens/s")
+    assert any(c.name.startswith(f"{peer} with our weights gives our loss and gradients") for c in result.checks)
+    assert {(t.peer, t.minimum) for t in result.targets} >= {(peer, 1.4)}
+
+
+def test_against_notices_a_checkout_that_computes_another_loss(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    loss = tmp_path / "mhatrain" / "loss.py"
+    loss.write_text(loss.read_text().replace("(1.0 - smoothing) * nll", "(1.0 - 2 * smoothing) * nll"))
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
+    (result,) = run_benches(["train"], options)
+    (check,) = [c for c in result.checks if "loss and gradients" in c.name]
+    assert not check.passed
+
+
+@pytest.mark.parametrize("names, path, fragment", [
+    (["train"], "no-such-dir", "not a checkout of mhatrain"),
+    (["decode"], ".", "--against applies to `mhatrain bench train` only"),
+])
+def test_bad_against_fails_before_measuring(names, path, fragment):
+    with pytest.raises(MhatrainError) as caught:
+        check_options(names, BenchOptions(against=Path(path)), heads_given=False)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)

@@ -274,3 +274,52 @@ def test_attention_maps_are_returned_per_layer_and_head():
     assert [a.shape for a in attention.cross] == [(2, 4, 4, 5)] * 2
     assert torch.all(attention.cross[0][1, :, :, 3:] == 0)  # row 1's padded source keys
     assert torch.all(attention.dec_self[0][:, :, 0, 1:] == 0)  # no attention to the future
+
+
+# ----------------------------------------------------------------------------- the 062a073-era computation
+
+
+def reference_decode(model, tgt_in, memory, src_mask):
+    """The decoder as commit 062a073 ran it in training: a boolean [B, 1, T, T] padding-and-causal
+    mask and the source mask handed to every layer, each layer building its own bias."""
+    T = tgt_in.size(1)
+    tgt_mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None] & (tgt_in != PAD)[:, None, None, :]
+    y = model._embed(tgt_in)
+    for layer in model.decoder:
+        y, _, _ = layer(y, memory, tgt_mask, src_mask)
+    return model.output(model.dec_norm(y))
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precision):
+    """Causal-only decoder self-attention (right-padded targets), masks built once per forward pass:
+    the loss and every gradient are those of the padding-and-causal masks, and of F.cross_entropy."""
+    import torch.nn.functional as F
+
+    from mhatrain.data import Batch
+    from mhatrain.train import autocast, batch_loss
+
+    model = small_model(norm)
+    src = pad_to([tokens(5, seed=21), tokens(3, seed=22), tokens(7, seed=23)], 7)
+    tgt = pad_to([tokens(6, seed=24), tokens(2, seed=25), tokens(4, seed=26)], 6)
+    tgt_in = torch.cat([torch.full((3, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(tgt == PAD, PAD)
+    batch = Batch(src=src, tgt_in=tgt_in, tgt_out=tgt, indices=[0, 1, 2])
+    results = []
+    for new in (True, False):
+        model.zero_grad()
+        with autocast(torch.device("cpu"), precision):
+            if new:
+                loss, _ = batch_loss(model, batch, 0.1)
+            else:
+                memory, src_mask = model.encode(src)
+                logits = reference_decode(model, tgt_in, memory, src_mask)
+                loss = F.cross_entropy(logits.float().view(-1, VOCAB), tgt.view(-1), ignore_index=PAD,
+                                       label_smoothing=0.1, reduction="sum")
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (new_loss, new_grads), (ref_loss, ref_grads) = results
+    tol = TOL if precision == "fp32" else {"atol": 1e-2, "rtol": 1e-2}
+    assert_close(new_loss, ref_loss, **tol)
+    for name in ref_grads:
+        assert_close(new_grads[name], ref_grads[name], **tol), name

@@ -345,8 +345,8 @@ def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("block_elements", [1 << 20, 25])  # all rows in one block; 2 rows per block
-def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, block_elements, monkeypatch):
+@pytest.mark.parametrize("block_bytes", [1 << 20, 100])  # all rows in one block; 2 rows per block
+def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, block_bytes, monkeypatch):
     """The blockwise loss is F.cross_entropy's: smoothed loss and NLL, their gradients, PAD ignored."""
     import torch.nn.functional as F
 
@@ -354,7 +354,7 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
     from mhatrain.data import PAD, Batch
     from mhatrain.train import batch_loss
 
-    monkeypatch.setattr(mhatrain.loss, "BLOCK_ELEMENTS", block_elements)
+    monkeypatch.setitem(mhatrain.loss.BLOCK_BYTES, "cpu", block_bytes)
     torch.manual_seed(0)
     logits = torch.randn(2, 3, 11, dtype=dtype, requires_grad=True)
     gold = torch.tensor([[4, 5, 6], [7, PAD, PAD]])
@@ -386,3 +386,26 @@ def test_bf16_probe_measures_real_matmuls():
     from mhatrain import runtime
 
     assert 0 < runtime._matmul_seconds(torch.float32, repeats=1) < 60
+
+
+def test_loss_blocks_are_sized_from_the_vocabulary_and_the_device_budget():
+    """A CPU block is cache-sized; elsewhere (CUDA) the budget is memory, so a 37k vocabulary is not
+    cut into hundreds of blocks; a block always has a row. The GPU sizing computes the CPU's loss."""
+    import mhatrain.loss as L
+
+    cpu, gpu = L.block_rows(37000, torch.device("cpu")), L.block_rows(37000, torch.device("cuda"))
+    assert cpu * 37000 * 4 <= L.BLOCK_BYTES["cpu"] < (cpu + 1) * 37000 * 4
+    assert gpu * 37000 * 4 <= L.DEFAULT_BLOCK_BYTES and gpu >= 25000 // 8  # a 25k-token batch in ≤ 8 blocks
+    assert L.block_rows(10 ** 12, torch.device("cpu")) == 1
+    torch.manual_seed(0)
+    logits, gold = torch.randn(300, 37, requires_grad=True), torch.randint(0, 37, (300,))
+    results = []
+    for budget in (L.BLOCK_BYTES["cpu"], 4 * 37 * 7):  # one block; blocks of 7 rows
+        L.BLOCK_BYTES["cpu"], saved = budget, L.BLOCK_BYTES["cpu"]
+        try:
+            loss, nll = L.smoothed_cross_entropy(logits, gold, 0.1)
+            results.append((loss, nll, torch.autograd.grad(loss.sum(), logits)[0]))
+        finally:
+            L.BLOCK_BYTES["cpu"] = saved
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)

@@ -117,10 +117,8 @@ def run(options: BenchOptions, log) -> BenchResult:
             measured = measure_peers(workloads, options, repeats, warmup)
             result.notes += [f"{case} {problem}" for problem in measured.problems]
             result.add_case(case, measured.samples, tokens, "tokens/s", measured.memory, measured.notes)
-        if 8 in options.heads:
-            result.targets.append(Target(f"h=8 {precision}", "nn.MultiheadAttention", "ratio", 1.0, "ours ≥ 1.0×"))
-        if 32 in options.heads:
-            result.targets.append(Target(f"h=32 {precision}", "article loop", "ratio", 5.0, "ours ≥ 5×"))
+            # issue 14: at least nn.MultiheadAttention's speed at every h (the article loop is shown, not a target)
+            result.targets.append(Target(case, "nn.MultiheadAttention", "ratio", 1.0, "ours ≥ 1.0×"))
     result.notes.append("a sample is forward + backward (input and weight gradients) of one self-attention "
                         "layer with a key padding mask; ratio = peer median / our median")
     result.judge()

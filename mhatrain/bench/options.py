@@ -44,6 +44,7 @@ class BenchOptions:
     checkpoint: Path | None = None  # decode: a run directory for ours
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
+    against: Path | None = None  # train: another checkout whose step is the only peer (an A/B)
     seed: int = 1
 
     def load_config(self):
@@ -116,10 +117,17 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
             raise MhatrainError("--checkpoint applies to `mhatrain bench decode` only")
         if not is_run_dir(Path(options.checkpoint)):
             raise MhatrainError(f"--checkpoint {options.checkpoint}: not a run directory (no config.yaml)")
+    if options.against is not None:
+        if names != ["train"]:
+            raise MhatrainError("--against applies to `mhatrain bench train` only")
+        from .against import check_checkout
+
+        check_checkout(options.against)
     config = options.load_config()
     if "attention" in names:
         check_heads(options.heads, QUICK_D_MODEL if options.quick else config.model.d_model)
-    if {"train", "decode"} & set(names):
+    needs_transformers = [n for n in names if n == "decode" or (n == "train" and options.against is None)]
+    if needs_transformers:
         from .peers import require_transformers
 
-        require_transformers(f"bench {' and '.join(n for n in names if n != 'attention')}")
+        require_transformers(f"bench {' and '.join(needs_transformers)}")
