@@ -120,9 +120,22 @@ def check_against(cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, bat
                  f"loss rel. |Δ| {loss_diff:.1e}, largest gradient |Δ| / max |g| {grad_diff:.1e}")
 
 
+PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it ~100x slower
+
+
 def measure_peaks(device: torch.device, quick: bool) -> dict[str, float]:
+    """Matmul peaks in fp32 and bf16. A dtype whose probe matmul is slow (bf16 emulated on a CPU without
+    AVX-512 BF16 or AMX) is measured at a smaller n, so the bench does not stall on it."""
     n = PEAK_SIZE[device.type][1 if quick else 0]
-    return {"n": n, "fp32": matmul_peak(device, torch.float32, n), "bf16": matmul_peak(device, torch.bfloat16, n)}
+    peaks: dict = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        size = n
+        rate = matmul_peak(device, dtype, min(n, 256), repeats=1)
+        while size > 256 and 2 * size**3 / rate > PEAK_SECONDS:
+            size //= 2
+        peaks[name] = matmul_peak(device, dtype, size)
+        peaks[f"n_{name}"] = size
+    return peaks
 
 
 def run(options: BenchOptions, log) -> BenchResult:
@@ -147,13 +160,14 @@ def run(options: BenchOptions, log) -> BenchResult:
                  f"{m.n_heads} heads, {m.norm}-LN, vocab {vocab}",
         "batches": f"{len(inputs.batches)} × ≤{config.train.max_tokens} tokens from {inputs.source}",
         "target_tokens_per_sample": tokens, "model_flops_per_target_token": round(flops / tokens),
-        "peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1), "peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
-        "peak_matmul_n": peaks["n"], "precisions": list(precisions), "repeats": repeats, "warmup": warmup,
+        "peak_fp32_gflops": float(f"{peaks['fp32'] / 1e9:.4g}"), "peak_bf16_gflops": float(f"{peaks['bf16'] / 1e9:.4g}"),
+        "peak_matmul_n": peaks["n_fp32"], "peak_matmul_n_bf16": peaks["n_bf16"], "precisions": list(precisions), "repeats": repeats, "warmup": warmup,
         "compile": options.compile, "device": str(device),
     }, extra_columns=(("gflops", "GFLOP/s", ",.1f"), ("bf16_peak_share", "% bf16 peak", ".1%"),
                       ("fp32_peak_share", "% fp32 peak", ".1%")))
+    sizes = f"n={peaks['n_fp32']}" + ("" if peaks["n_bf16"] == peaks["n_fp32"] else f", bf16 n={peaks['n_bf16']}")
     log(f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
-        f"(n={peaks['n']}); {flops / tokens / 1e6:.1f} MFLOP per target token")
+        f"({sizes}); {flops / tokens / 1e6:.1f} MFLOP per target token")
     if against is not None:
         result.settings["against"] = against
         result.checks.append(check_against(config.model, config.train, vocab, inputs.batches[0], device, options.seed,
