@@ -75,7 +75,7 @@ def test_padding_rows_and_keys_do_not_count(tiny_run):
 
     run = load_run(tiny_run)
     run.model.eval()
-    pairs = D.Encoded([[5, 6, 7], [8, 9, 10, 11, 12, 13]], [[14, 15], [16, 17, 18, 19, 20]], [0, 1])
+    pairs = D.Encoded.from_lists([[5, 6, 7], [8, 9, 10, 11, 12, 13]], [[14, 15], [16, 17, 18, 19, 20]], [0, 1])
     both = measure_roles(run.model, [D.collate(pairs, [0, 1])])
     alone = [measure_roles(run.model, [D.collate(pairs, [i])]) for i in (0, 1)]
     rows = {"enc-self": (4, 7), "dec-self": (3, 6), "cross": (3, 6)}  # query rows of each sentence
