@@ -58,8 +58,16 @@ EVAL_SPLITS = ("valid", "test")
 POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
 GRID_KEYS = {"model.n_heads", "train.seed"}  # set per grid point, so the base config's values do not matter
 # Keys that change how a run executes, not what it computes: a study may be continued with other values.
-EXECUTION_KEYS = {"train.threads", "train.device", "train.log_every", "train.compile", "decode.batch_tokens",
-                  "data.cache_dir", "train.dist_backend", "train.tensorboard"}
+EXECUTION_KEYS = {
+    "train.threads",
+    "train.device",
+    "train.log_every",
+    "train.compile",
+    "decode.batch_tokens",
+    "data.cache_dir",
+    "train.dist_backend",
+    "train.tensorboard",
+}
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -110,8 +118,10 @@ def parse_heads(text: str, d_model: int) -> list[int]:
         if d_model % h:
             divisors = [d for d in range(1, d_model + 1) if d_model % d == 0]
             shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
-            raise MhatrainError(f"--heads: {h} does not divide model.d_model={d_model} (d_k = d_model / h must be "
-                                f"a whole number; divisors: {shown})")
+            raise MhatrainError(
+                f"--heads: {h} does not divide model.d_model={d_model} (d_k = d_model / h must be "
+                f"a whole number; divisors: {shown})"
+            )
     return sorted(heads)
 
 
@@ -140,8 +150,9 @@ def parse_devices(text: str | None) -> list[str]:
 
             index = int(device[5:]) if ":" in device else 0
             if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-                raise MhatrainError(f"--devices: {device} is not available on this machine "
-                                    f"({torch.cuda.device_count()} CUDA devices)")
+                raise MhatrainError(
+                    f"--devices: {device} is not available on this machine ({torch.cuda.device_count()} CUDA devices)"
+                )
     return devices
 
 
@@ -196,8 +207,9 @@ class Study:
         return "pending"
 
 
-def plan_study(config: Config, source: str, heads_text: str, seeds_text: str,
-               extras: list[list[str]]) -> tuple[list[int], list[int], list[Point]]:
+def plan_study(
+    config: Config, source: str, heads_text: str, seeds_text: str, extras: list[list[str]]
+) -> tuple[list[int], list[int], list[Point]]:
     """Check the grid and every point's config (with each slot's extra settings) before anything is written."""
     heads = parse_heads(heads_text, config.model.d_model)
     seeds = parse_seeds(seeds_text)
@@ -224,22 +236,34 @@ def _absolute_cache_dir(config: Config) -> None:
         config.data.cache_dir = str(Path(cache).resolve())
 
 
-def open_study(study_dir: Path, config: Config, config_path: Path, overrides: list[str], heads: list[int],
-               seeds: list[int], points: list[Point], overwrite: bool, console: Console) -> Study:
+def open_study(
+    study_dir: Path,
+    config: Config,
+    config_path: Path,
+    overrides: list[str],
+    heads: list[int],
+    seeds: list[int],
+    points: list[Point],
+    overwrite: bool,
+    console: Console,
+) -> Study:
     """Create the study directory, or check that an existing one was made with the same config."""
     study_file = study_dir / STUDY_FILE
     recorded = _read_yaml(study_file) if study_file.is_file() else None
     if recorded is None and study_dir.is_dir() and any(p.name != ".lock" for p in study_dir.iterdir()):
-        raise MhatrainError(f"{study_dir} is not empty and holds no study ({STUDY_FILE} is missing): "
-                            f"choose another --out")
+        raise MhatrainError(
+            f"{study_dir} is not empty and holds no study ({STUDY_FILE} is missing): choose another --out"
+        )
     if recorded is not None:
         base = _read_yaml(study_dir / BASE_CONFIG) if (study_dir / BASE_CONFIG).is_file() else {}
         differs = [k for k in config_differences(base, config.to_dict()) if k not in GRID_KEYS | EXECUTION_KEYS]
         if differs and not overwrite:
             shown = "; ".join(f"{k}: {_get(base, k)!r} there, {_get(config.to_dict(), k)!r} now" for k in differs[:4])
             more = f" (and {len(differs) - 4} more)" if len(differs) > 4 else ""
-            raise MhatrainError(f"{study_dir} holds a study made with a different config ({shown}{more}); "
-                                f"use another --out, or --overwrite to delete its runs and start again")
+            raise MhatrainError(
+                f"{study_dir} holds a study made with a different config ({shown}{more}); "
+                f"use another --out, or --overwrite to delete its runs and start again"
+            )
         if differs:
             _discard_study(study_dir, console)
             recorded = None
@@ -247,7 +271,10 @@ def open_study(study_dir: Path, config: Config, config_path: Path, overrides: li
         heads = sorted(set(recorded.get("heads", [])) | set(heads))
         seeds = list(dict.fromkeys([*recorded.get("seeds", []), *seeds]))
     record = {
-        "heads": heads, "seeds": seeds, "config": portable_text(str(Path(config_path).resolve()), Path.cwd()), "overrides": list(overrides),
+        "heads": heads,
+        "seeds": seeds,
+        "config": portable_text(str(Path(config_path).resolve()), Path.cwd()),
+        "overrides": list(overrides),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
         # Every code version that has run this study: one entry if a single commit ran every point.
@@ -276,7 +303,9 @@ def _discard_study(study_dir: Path, console: Console) -> None:
             removed += 1
         elif path.name == "logs" and path.is_dir():
             shutil.rmtree(path)
-        elif path.is_file() and (path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)):
+        elif path.is_file() and (
+            path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)
+        ):
             path.unlink()
     console.print(f"--overwrite: deleted the {removed} run directories of the previous study in {study_dir}")
 
@@ -329,8 +358,10 @@ def point_commands(study: Study, point: Point, extra: list[str]) -> list[list[st
     python = [sys.executable, "-m", "mhatrain"]
     sets = [arg for item in [*point.overrides, *extra] for arg in ("--set", item)]
     run_dir = str(study.run_dir(point))
-    return [[*python, "train", str(study.base_config), "--out", run_dir, "--resume", *sets],
-            *[[*python, "eval", run_dir, "--split", split] for split in EVAL_SPLITS]]
+    return [
+        [*python, "train", str(study.base_config), "--out", run_dir, "--resume", *sets],
+        *[[*python, "eval", run_dir, "--split", split] for split in EVAL_SPLITS],
+    ]
 
 
 def needed_commands(study: Study, point: Point, extra: list[str]) -> list[list[str]]:
@@ -386,8 +417,11 @@ def point_seconds(study: Study, point: Point) -> float | None:
         return None
     summary, evals = files
     try:
-        return (float(summary["train_seconds"]) + float(summary["valid_seconds"])
-                + sum(float(report["decode_seconds"]) for report in evals.values()))
+        return (
+            float(summary["train_seconds"])
+            + float(summary["valid_seconds"])
+            + sum(float(report["decode_seconds"]) for report in evals.values())
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -416,9 +450,14 @@ class GridDisplay:
         self.failed = 0
         nested_ok = hasattr(console, "_live_stack")  # rich < 14 allows one live display at a time
         self.live = console.is_terminal and (jobs > 1 or nested_ok)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=30),
-                                 TextColumn("{task.fields[status]}"), console=console, transient=True,
-                                 disable=not self.live)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+            transient=True,
+            disable=not self.live,
+        )
         self.task = self.progress.add_task("[bold]grid", total=total, completed=done, status=self.summary())
         self.point_tasks: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -433,8 +472,7 @@ class GridDisplay:
     def summary(self) -> str:
         left = self.total - self.done - self.failed - len(self.running)
         failed = f", {self.failed} failed" if self.failed else ""
-        return (f"{self.done}/{self.total} runs done, {len(self.running)} running, {left} left{failed}, "
-                f"ETA {self.eta()}")
+        return f"{self.done}/{self.total} runs done, {len(self.running)} running, {left} left{failed}, ETA {self.eta()}"
 
     def eta(self) -> str:
         if not self.durations:
@@ -450,8 +488,10 @@ class GridDisplay:
             self.running[point.name] = time.monotonic()
             if resumed:
                 self.resumed.add(point.name)
-            self.console.print(f"[bold]grid[/] {point.name} (h={point.heads}, seed {point.seed}) starting{where}: "
-                               f"{self.summary()}", highlight=False)
+            self.console.print(
+                f"[bold]grid[/] {point.name} (h={point.heads}, seed {point.seed}) starting{where}: {self.summary()}",
+                highlight=False,
+            )
             if self.live and self.jobs > 1:
                 self.point_tasks[point.name] = self.progress.add_task(f"  {point.name}", total=None, status="")
             self._refresh()
@@ -471,8 +511,10 @@ class GridDisplay:
             took = _clock(wall)
             if point.name in self.resumed:
                 took += f" (resumed; {_clock(seconds)} in all its sessions)" if seconds else " (resumed)"
-            self.console.print(f"[bold]grid[/] {point.name} {word} in {took}"
-                               f"{': ' + outcome if outcome else ''} — {self.summary()}", highlight=False)
+            self.console.print(
+                f"[bold]grid[/] {point.name} {word} in {took}{': ' + outcome if outcome else ''} — {self.summary()}",
+                highlight=False,
+            )
             self._refresh()
 
     def show_point_status(self, point: Point, status: str) -> None:
@@ -487,9 +529,19 @@ class GridDisplay:
 # ----------------------------------------------------------------------------- running a study
 
 
-def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | None, overrides: list[str],
-              jobs: int, devices_text: str | None, dry_run: bool, overwrite: bool, console: Console,
-              cluster=None) -> dict | None:
+def run_study(
+    config_path: Path,
+    heads_text: str,
+    seeds_text: str,
+    out: Path | None,
+    overrides: list[str],
+    jobs: int,
+    devices_text: str | None,
+    dry_run: bool,
+    overwrite: bool,
+    console: Console,
+    cluster=None,
+) -> dict | None:
     """`mhatrain ablate`: check, record, run every unfinished grid point, then report.
 
     cluster: a cluster.JobOptions to run each point as a submitit job (SLURM, or local subprocesses)."""
@@ -521,8 +573,10 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
             _print_commands(study, extras, console)
             return None
         _show_plan(study, config, console)
-        if not devices and (warning := slow_bf16_warning(resolve_device(config.train.device),
-                                                         config.train.precision)) is not None:
+        if (
+            not devices
+            and (warning := slow_bf16_warning(resolve_device(config.train.device), config.train.precision)) is not None
+        ):
             console.print(warning, highlight=False)
         todo = [p for p in study.points if study.state(p) != "done"]
         done_before = len(study.points) - len(todo)
@@ -544,8 +598,10 @@ def run_study(config_path: Path, heads_text: str, seeds_text: str, out: Path | N
 
 def _print_commands(study: Study, extras: list[list[str]], console: Console) -> None:
     """One shell line per grid point on stdout (nothing else), for a scheduler or `parallel`."""
-    sys.stderr.write(f"# study {study.dir}: {len(study.points)} grid points; each line trains (or resumes) one point "
-                     f"and evaluates it; `mhatrain report {study.dir}` gathers them\n")
+    sys.stderr.write(
+        f"# study {study.dir}: {len(study.points)} grid points; each line trains (or resumes) one point "
+        f"and evaluates it; `mhatrain report {study.dir}` gathers them\n"
+    )
     for i, point in enumerate(study.points):
         print(shell_line(point_commands(study, point, extras[i % len(extras)])), flush=True)
 
@@ -553,11 +609,14 @@ def _print_commands(study: Study, extras: list[list[str]], console: Console) -> 
 def _show_plan(study: Study, config: Config, console: Console) -> None:
     heads = ", ".join(map(str, sorted({p.heads for p in study.points})))
     seeds = ", ".join(map(str, dict.fromkeys(p.seed for p in study.points)))
-    lines = [f"study {study.dir}: h ∈ {{{heads}}} × seeds {{{seeds}}} = {len(study.points)} runs; "
-             f"d_model={config.model.d_model}, so d_k = d_v = d_model / h keeps parameters and compute constant"]
+    lines = [
+        f"study {study.dir}: h ∈ {{{heads}}} × seeds {{{seeds}}} = {len(study.points)} runs; "
+        f"d_model={config.model.d_model}, so d_k = d_v = d_model / h keeps parameters and compute constant"
+    ]
     for point in study.points:
-        lines.append(f"  {point.name}: h={point.heads:<3} d_k={config.model.d_model // point.heads:<4} "
-                     f"{study.state(point)}")
+        lines.append(
+            f"  {point.name}: h={point.heads:<3} d_k={config.model.d_model // point.heads:<4} {study.state(point)}"
+        )
     console.print("\n".join(lines), highlight=False)
 
 
@@ -569,8 +628,11 @@ def _run_here(study: Study, todo: list[Point], extra: list[str], done_before: in
             try:
                 run_point(study, point, extra, console)
             except SystemExit:  # a signal stopped training after a checkpoint
-                console.print(f"study interrupted during {point.name}: run the same `mhatrain ablate` command "
-                              f"again to continue from its last checkpoint", highlight=False)
+                console.print(
+                    f"study interrupted during {point.name}: run the same `mhatrain ablate` command "
+                    f"again to continue from its last checkpoint",
+                    highlight=False,
+                )
                 raise
             grid.finish(point, point_outcome(study, point), seconds=point_seconds(study, point))
 
@@ -590,8 +652,9 @@ def _tail(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], done_before: int,
-                      console: Console) -> None:
+def _run_subprocesses(
+    study: Study, todo: list[Point], extras: list[list[str]], done_before: int, console: Console
+) -> None:
     """Run grid points as `python -m mhatrain` subprocesses, one per slot (device / thread share)."""
     import queue
 
@@ -636,8 +699,12 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
                 return
             if code:
                 failed[point.name] = log
-            grid.finish(point, point_outcome(study, point) if not code else f"exit status {code}, see {log}",
-                        ok=not code, seconds=point_seconds(study, point) if not code else None)
+            grid.finish(
+                point,
+                point_outcome(study, point) if not code else f"exit status {code}, see {log}",
+                ok=not code,
+                seconds=point_seconds(study, point) if not code else None,
+            )
         finally:
             slots.put(slot)
 
@@ -667,8 +734,10 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
                 for proc in running:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=120)
-                console.print("study interrupted: run the same `mhatrain ablate` command again to continue "
-                              "(finished runs are kept, interrupted ones resume from their last checkpoint)")
+                console.print(
+                    "study interrupted: run the same `mhatrain ablate` command again to continue "
+                    "(finished runs are kept, interrupted ones resume from their last checkpoint)"
+                )
                 raise SystemExit(143 if received else 130) from None  # the exit status of an interrupted `train`
             for future in futures:
                 future.result()
@@ -681,4 +750,3 @@ def _run_subprocesses(study: Study, todo: list[Point], extras: list[list[str]], 
         report_study(study.dir, console)
         names = ", ".join(f"{name} (log: {log})" for name, log in failed.items())
         raise MhatrainError(f"{len(failed)} of {len(todo)} runs failed: {names}")
-

@@ -44,11 +44,21 @@ class AttentionView:
     def as_data(self) -> dict:
         L, H, Tq, Tk = np.shape(self.maps)
         if (L, Tq, Tk) != (len(self.layers), len(self.queries), len(self.keys)):
-            raise ValueError(f"{self.kind}: maps of shape {np.shape(self.maps)} do not match "
-                             f"{len(self.layers)} layers, {len(self.queries)} queries and {len(self.keys)} keys")
-        return {"kind": self.kind, "title": self.title, "query_name": self.query_name, "key_name": self.key_name,
-                "queries": list(self.queries), "keys": list(self.keys), "layers": list(self.layers), "heads": H,
-                "maps": np.round(np.asarray(self.maps, dtype=np.float64), DECIMALS).tolist()}
+            raise ValueError(
+                f"{self.kind}: maps of shape {np.shape(self.maps)} do not match "
+                f"{len(self.layers)} layers, {len(self.queries)} queries and {len(self.keys)} keys"
+            )
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "query_name": self.query_name,
+            "key_name": self.key_name,
+            "queries": list(self.queries),
+            "keys": list(self.keys),
+            "layers": list(self.layers),
+            "heads": H,
+            "maps": np.round(np.asarray(self.maps, dtype=np.float64), DECIMALS).tolist(),
+        }
 
 
 def script_json(data) -> str:
@@ -72,8 +82,9 @@ def render_page(source: str, translation: str, views: list[AttentionView], capti
     return page.replace("{{data}}", script_json(data))  # last: the data is never searched for markers
 
 
-def write_attention_html(path: Path, source: str, translation: str, views: list[AttentionView],
-                         caption: str = "") -> Path:
+def write_attention_html(
+    path: Path, source: str, translation: str, views: list[AttentionView], caption: str = ""
+) -> Path:
     """Write the page to `path` (atomically) and return the path."""
     path = Path(path)
     atomic_write_text(path, render_page(source, translation, views, caption))

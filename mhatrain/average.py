@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from .checkpoint import check_compatible, list_snapshots, load_checkpoint, save_checkpoint
 from .config import config_from_dict
 from .errors import CheckpointError
@@ -38,9 +37,15 @@ def average_checkpoints(paths: list[Path]) -> dict:
         steps.append(int(state["progress"]["step"]))
     n = len(paths)
     model = {k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in total.items()}
-    return {"model": model, "config": first["config"], "progress": {**first["progress"], "step": max(steps)},
-            "vocab_fingerprint": first.get("vocab_fingerprint"), "vocab_size": first.get("vocab_size"),
-            "averaged_from": [str(p) for p in paths], "averaged_steps": steps}
+    return {
+        "model": model,
+        "config": first["config"],
+        "progress": {**first["progress"], "step": max(steps)},
+        "vocab_fingerprint": first.get("vocab_fingerprint"),
+        "vocab_size": first.get("vocab_size"),
+        "averaged_from": [str(p) for p in paths],
+        "averaged_steps": steps,
+    }
 
 
 def average_run(run_dir: Path, paths: list[Path]) -> Path:
@@ -57,7 +62,9 @@ def last_snapshots(run_dir: Path, n: int) -> list[Path]:
         raise CheckpointError(f"--last must be at least 1, got {n}")
     found = list_snapshots(run_dir)
     if len(found) < n:
-        raise CheckpointError(f"{run_dir} holds {len(found)} snapshot(s) in snapshots/, fewer than --last {n}: train "
-                              f"with train.keep_checkpoints={n} (and train.checkpoint_every or "
-                              f"train.checkpoint_every_minutes) to keep them")
+        raise CheckpointError(
+            f"{run_dir} holds {len(found)} snapshot(s) in snapshots/, fewer than --last {n}: train "
+            f"with train.keep_checkpoints={n} (and train.checkpoint_every or "
+            f"train.checkpoint_every_minutes) to keep them"
+        )
     return [path for _, path in found[-n:]]

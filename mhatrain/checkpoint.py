@@ -26,14 +26,33 @@ from .io import atomic_write
 FORMAT = 1
 # Keys that may change when a run is resumed; anything else must match the checkpoint.
 RESUMABLE_CHANGES = {
-    "train.max_epochs", "train.max_steps", "train.patience", "train.log_every", "train.threads",
-    "train.device", "train.checkpoint_every", "train.valid_every", "train.valid_max_sentences",
-    "train.valid_beam", "train.compile", "train.max_bad_updates", "decode.beam", "decode.alpha", "decode.max_len_a",
-    "decode.max_len_b", "decode.batch_tokens", "data.cache_dir", "data.local_dir", "data.dataset",
-    "train.dist_backend", "train.tensorboard",
-    "train.accum_steps", "train.tokens_per_update",  # judged by `resume_accum_steps`: the tokens per update may
+    "train.max_epochs",
+    "train.max_steps",
+    "train.patience",
+    "train.log_every",
+    "train.threads",
+    "train.device",
+    "train.checkpoint_every",
+    "train.valid_every",
+    "train.valid_max_sentences",
+    "train.valid_beam",
+    "train.compile",
+    "train.max_bad_updates",
+    "decode.beam",
+    "decode.alpha",
+    "decode.max_len_a",
+    "decode.max_len_b",
+    "decode.batch_tokens",
+    "data.cache_dir",
+    "data.local_dir",
+    "data.dataset",
+    "train.dist_backend",
+    "train.tensorboard",
+    "train.accum_steps",
+    "train.tokens_per_update",  # judged by `resume_accum_steps`: the tokens per update may
     # change only when asked
-    "train.checkpoint_every_minutes", "train.keep_checkpoints",
+    "train.checkpoint_every_minutes",
+    "train.keep_checkpoints",
 }
 
 
@@ -58,7 +77,7 @@ def list_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
     """(update, path) of the run's weight snapshots, oldest first."""
     found = []
     for path in (Path(run_dir) / "snapshots").glob("step*.pt"):
-        digits = path.name[len("step"):-len(".pt")]
+        digits = path.name[len("step") : -len(".pt")]
         if digits.isdigit():
             found.append((int(digits), path))
     return sorted(found)
@@ -140,12 +159,14 @@ def eval_stem(split: str, beam: int, which: str = "best", alpha: float | None = 
     """The name (without .json / .hyp.txt) of an evaluation file in RUN_DIR/eval: `test.beam4`, and
     `.alpha1` when alpha is not the config's decode.alpha (None), `.last` / `.averaged` for a checkpoint
     other than best. The one place that names these files."""
-    return (f"{split}.beam{beam}" + ("" if alpha is None else f".alpha{alpha:g}")
-            + ("" if which == "best" else f".{which}"))
+    return (
+        f"{split}.beam{beam}" + ("" if alpha is None else f".alpha{alpha:g}") + ("" if which == "best" else f".{which}")
+    )
 
 
-def eval_path(run_dir: Path, split: str, beam: int, which: str = "best", alpha: float | None = None,
-              suffix: str = ".json") -> Path:
+def eval_path(
+    run_dir: Path, split: str, beam: int, which: str = "best", alpha: float | None = None, suffix: str = ".json"
+) -> Path:
     return Path(run_dir) / "eval" / (eval_stem(split, beam, which, alpha) + suffix)
 
 
@@ -166,8 +187,11 @@ def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False)
     tokenizer = run_dir / "spm.model"
     if not tokenizer.is_file():
         raise CheckpointError(f"{run_dir}: tokenizer spm.model is missing")
-    names = {"best": ("best.pt", "last.pt", "last.prev.pt"), "last": ("last.pt", "last.prev.pt"),
-             "averaged": ("averaged.pt",)}[which]
+    names = {
+        "best": ("best.pt", "last.pt", "last.prev.pt"),
+        "last": ("last.pt", "last.prev.pt"),
+        "averaged": ("averaged.pt",),
+    }[which]
     errors = []
     for name in names[:1] if strict else names:
         if not (run_dir / name).exists():
@@ -176,8 +200,10 @@ def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False)
             state = load_checkpoint(run_dir / name)
         except CheckpointError as exc:
             if strict:
-                raise CheckpointError(f"{exc}; the {which} checkpoint cannot be evaluated (--checkpoint last "
-                                      f"evaluates the latest training state)") from None
+                raise CheckpointError(
+                    f"{exc}; the {which} checkpoint cannot be evaluated (--checkpoint last "
+                    f"evaluates the latest training state)"
+                ) from None
             errors.append(str(exc))
             continue
         check_compatible(state, config, str(run_dir / name))  # config.yaml differs: so would every checkpoint
@@ -233,18 +259,25 @@ def resume_accum_steps(state: dict, config: Config, world: int, change: str, whe
     before, now = saved_world * saved_accum, world * accum  # batches per update
     keep = before // world if before % world == 0 else None
     if change == "keep" and keep is None:
-        raise CheckpointError(f"--keep-batch: the {before} batches of an update in {where} "
-                              f"({_batch(saved_world, saved_accum, max_tokens)} tokens) cannot be shared out evenly "
-                              f"among {world} processes; use a number of processes that divides {before}, or --new-batch")
+        raise CheckpointError(
+            f"--keep-batch: the {before} batches of an update in {where} "
+            f"({_batch(saved_world, saved_accum, max_tokens)} tokens) cannot be shared out evenly "
+            f"among {world} processes; use a number of processes that divides {before}, or --new-batch"
+        )
     if change == "keep":
         return keep
     if before == now or change == "new":
         return accum
-    hint = (f"pass --keep-batch to keep {before * max_tokens} (train.accum_steps={keep})" if keep is not None else
-            f"--keep-batch cannot keep {before * max_tokens} with {world} processes")
-    raise CheckpointError(f"{where} was trained with {_batch(saved_world, saved_accum, max_tokens)} tokens per update; "
-                          f"resuming with {_batch(world, accum, max_tokens)} would change that: {hint}, "
-                          f"or --new-batch to continue with {now * max_tokens}")
+    hint = (
+        f"pass --keep-batch to keep {before * max_tokens} (train.accum_steps={keep})"
+        if keep is not None
+        else f"--keep-batch cannot keep {before * max_tokens} with {world} processes"
+    )
+    raise CheckpointError(
+        f"{where} was trained with {_batch(saved_world, saved_accum, max_tokens)} tokens per update; "
+        f"resuming with {_batch(world, accum, max_tokens)} would change that: {hint}, "
+        f"or --new-batch to continue with {now * max_tokens}"
+    )
 
 
 def _batch(world: int, accum: int, max_tokens: int) -> str:

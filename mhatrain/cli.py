@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
 
 from .errors import MhatrainError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Train, evaluate and study multi-head attention in Transformer translation models.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train, evaluate and study multi-head attention in Transformer translation models.",
+)
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 _state = {"debug": False}
@@ -33,15 +36,26 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
 @app.command()
 def train(
     config: Path = typer.Argument(..., help="YAML config file."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<config name>)."),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default: runs/<config name>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
-    keep_batch: bool = typer.Option(False, "--keep-batch", help="With --resume on another number of processes: "
-                                    "adjust train.accum_steps to keep the tokens per update."),
-    new_batch: bool = typer.Option(False, "--new-batch", help="With --resume: accept another number of tokens per "
-                                   "update (processes × train.accum_steps × train.max_tokens)."),
-    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write TensorBoard scalars to RUN_DIR/tensorboard "
-                                     "(as --set train.tensorboard=true; needs pip install 'mhatrain[tensorboard]')."),
+    keep_batch: bool = typer.Option(
+        False,
+        "--keep-batch",
+        help="With --resume on another number of processes: adjust train.accum_steps to keep the tokens per update.",
+    ),
+    new_batch: bool = typer.Option(
+        False,
+        "--new-batch",
+        help="With --resume: accept another number of tokens per "
+        "update (processes × train.accum_steps × train.max_tokens).",
+    ),
+    tensorboard: bool = typer.Option(
+        False,
+        "--tensorboard",
+        help="Also write TensorBoard scalars to RUN_DIR/tensorboard "
+        "(as --set train.tensorboard=true; needs pip install 'mhatrain[tensorboard]').",
+    ),
 ):
     """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""
     from .config import load_config
@@ -49,35 +63,47 @@ def train(
     from .train import train as run_training
 
     if keep_batch and new_batch:
-        raise MhatrainError("--keep-batch and --new-batch exclude each other: keep the tokens per update, or change them")
+        raise MhatrainError(
+            "--keep-batch and --new-batch exclude each other: keep the tokens per update, or change them"
+        )
     if (keep_batch or new_batch) and not resume:
         raise MhatrainError(f"{'--keep-batch' if keep_batch else '--new-batch'} applies to --resume only")
     cfg = load_config(config, [*(set_ or []), *(["train.tensorboard=true"] if tensorboard else [])])
     run_dir = out or Path("runs") / config.stem
     out_console = console if is_main_process() else Console(quiet=True)  # under torchrun, rank 0 speaks for all
     out_console.print(f"run directory: {run_dir}")
-    summary = run_training(cfg, run_dir, resume=resume, console=out_console,
-                           batch_change="keep" if keep_batch else "new" if new_batch else "")
-    out_console.print(f"trained {summary['updates']} updates in {summary['train_seconds']:.0f}s "
-                      f"({summary['tokens_per_s']:.0f} target tokens/s); validation took {summary['valid_share']:.0%} "
-                      f"of the time")
+    summary = run_training(
+        cfg,
+        run_dir,
+        resume=resume,
+        console=out_console,
+        batch_change="keep" if keep_batch else "new" if new_batch else "",
+    )
+    out_console.print(
+        f"trained {summary['updates']} updates in {summary['train_seconds']:.0f}s "
+        f"({summary['tokens_per_s']:.0f} target tokens/s); validation took {summary['valid_share']:.0%} "
+        f"of the time"
+    )
 
 
 @app.command("eval")
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    split: Optional[str] = typer.Option(None, "--split", help="train, valid, test, or a split name of the data "
-                                        "source (default: test)."),
-    src: Optional[Path] = typer.Option(None, "--src", help="Translate this source file instead (plain or .gz)..."),
-    ref: Optional[Path] = typer.Option(None, "--ref", help="...and score against this reference file."),
-    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or a named sacreBLEU test set "
-                                                "(e.g. wmt14), read from sacreBLEU's cache."),
-    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair "
-                                           "(default: data.src_lang-data.tgt_lang)."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
+    split: str | None = typer.Option(
+        None, "--split", help="train, valid, test, or a split name of the data source (default: test)."
+    ),
+    src: Path | None = typer.Option(None, "--src", help="Translate this source file instead (plain or .gz)..."),
+    ref: Path | None = typer.Option(None, "--ref", help="...and score against this reference file."),
+    sacrebleu_set: str | None = typer.Option(
+        None, "--sacrebleu-set", help="Or a named sacreBLEU test set (e.g. wmt14), read from sacreBLEU's cache."
+    ),
+    langpair: str | None = typer.Option(
+        None, "--langpair", help="With --sacrebleu-set: its language pair (default: data.src_lang-data.tgt_lang)."
+    ),
+    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
+    alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
     from .runner import evaluate_run
@@ -90,11 +116,18 @@ def evaluate(
 @app.command()
 def score(
     hyp: Path = typer.Option(..., "--hyp", help="Hypotheses: detokenised text, one sentence per line (plain or .gz)."),
-    ref: Optional[Path] = typer.Option(None, "--ref", help="References, line by line with --hyp (plain or .gz)."),
-    sacrebleu_set: Optional[str] = typer.Option(None, "--sacrebleu-set", help="Or the references of a named "
-                                                "sacreBLEU test set (e.g. wmt14), read from sacreBLEU's cache."),
-    langpair: Optional[str] = typer.Option(None, "--langpair", help="With --sacrebleu-set: its language pair, e.g. en-de."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores, signatures and provenance as JSON."),
+    ref: Path | None = typer.Option(None, "--ref", help="References, line by line with --hyp (plain or .gz)."),
+    sacrebleu_set: str | None = typer.Option(
+        None,
+        "--sacrebleu-set",
+        help="Or the references of a named sacreBLEU test set (e.g. wmt14), read from sacreBLEU's cache.",
+    ),
+    langpair: str | None = typer.Option(
+        None, "--langpair", help="With --sacrebleu-set: its language pair, e.g. en-de."
+    ),
+    json_path: Path | None = typer.Option(
+        None, "--json", help="Also write the scores, signatures and provenance as JSON."
+    ),
 ):
     """Score an existing hypothesis file: sacreBLEU BLEU, chrF and lowercased BLEU, with signatures."""
     from .evaluate import score_files, show_scores
@@ -110,10 +143,10 @@ def score(
 @app.command()
 def translate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    text: Optional[List[str]] = typer.Argument(None, help="Sentences to translate (default: read stdin, one per line)."),
-    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    text: list[str] | None = typer.Argument(None, help="Sentences to translate (default: read stdin, one per line)."),
+    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
+    alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate sentences given as arguments, or stdin line by line."""
     from .runner import translate_lines
@@ -125,17 +158,25 @@ def translate(
 @app.command()
 def average(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
-    checkpoints: Optional[List[Path]] = typer.Argument(None, help="Checkpoints to average (same config and "
-                                                                  "vocabulary), or none with --last."),
-    last: int = typer.Option(0, "--last", help="Average the run's newest N snapshots (train.keep_checkpoints), "
-                                               "as the paper averages its last 5 checkpoints."),
+    checkpoints: list[Path] | None = typer.Argument(
+        None, help="Checkpoints to average (same config and vocabulary), or none with --last."
+    ),
+    last: int = typer.Option(
+        0,
+        "--last",
+        help="Average the run's newest N snapshots (train.keep_checkpoints), "
+        "as the paper averages its last 5 checkpoints.",
+    ),
 ):
     """Average checkpoints' weights into RUN_DIR/averaged.pt (evaluate with --checkpoint averaged)."""
     from .average import average_run, last_snapshots
 
     if bool(checkpoints) == bool(last):
-        raise MhatrainError("average: give either checkpoint files or --last N, not both" if checkpoints else
-                            "average: give checkpoint files to average, or --last N for the run's newest snapshots")
+        raise MhatrainError(
+            "average: give either checkpoint files or --last N, not both"
+            if checkpoints
+            else "average: give checkpoint files to average, or --last N for the run's newest snapshots"
+        )
     paths = list(checkpoints) if checkpoints else last_snapshots(run_dir, last)
     target = average_run(run_dir, paths)
     console.print(f"averaged {len(paths)} checkpoints into {target}: {', '.join(p.name for p in paths)}")
@@ -146,18 +187,24 @@ def ablate(
     config: Path = typer.Argument(..., help="YAML config file: every grid point starts from it."),
     heads: str = typer.Option("1,4,8,16,32", "--heads", help="Head counts h; each must divide model.d_model."),
     seeds: str = typer.Option("1", "--seeds", help="Seeds (train.seed), e.g. 1,2,3."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
     jobs: int = typer.Option(1, "--jobs", help="Grid points run at once (as subprocesses when > 1)."),
-    devices: Optional[str] = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Record the study, print each point's command, train nothing."),
+    devices: str | None = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Record the study, print each point's command, train nothing."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="Run each point as a job through submitit: slurm, "
-                                           "or local (subprocesses on this machine). Needs pip install 'mhatrain[slurm]'."),
-    partition: Optional[str] = typer.Option(None, "--partition", help="With --executor slurm: the SLURM partition."),
-    time_min: Optional[int] = typer.Option(None, "--time", help="With --executor: wall-clock limit per point, minutes."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="With --executor: GPUs per point."),
-    cpus: Optional[int] = typer.Option(None, "--cpus", help="With --executor: CPU cores per point (also train.threads)."),
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        help="Run each point as a job through submitit: slurm, "
+        "or local (subprocesses on this machine). Needs pip install 'mhatrain[slurm]'.",
+    ),
+    partition: str | None = typer.Option(None, "--partition", help="With --executor slurm: the SLURM partition."),
+    time_min: int | None = typer.Option(None, "--time", help="With --executor: wall-clock limit per point, minutes."),
+    gpus: int | None = typer.Option(None, "--gpus", help="With --executor: GPUs per point."),
+    cpus: int | None = typer.Option(None, "--cpus", help="With --executor: CPU cores per point (also train.threads)."),
 ):
     """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
     from .ablate import run_study
@@ -184,9 +231,10 @@ def report(
 
 @app.command()
 def curves(
-    paths: List[Path] = typer.Argument(..., help="Run directories, or one study directory (mean over seeds per h)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="PNG to write (default: DIR/curves.png for one "
-                                                            "directory, ./curves.png for several)."),
+    paths: list[Path] = typer.Argument(..., help="Run directories, or one study directory (mean over seeds per h)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="PNG to write (default: DIR/curves.png for one directory, ./curves.png for several)."
+    ),
 ):
     """Learning curves: validation BLEU and perplexity and training loss against updates, best checkpoints marked."""
     from .curves import draw_curves
@@ -203,8 +251,9 @@ def export(
     from .export import export_study
 
     count = export_study(study_dir, dest)
-    console.print(f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})",
-                  highlight=False)
+    console.print(
+        f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})", highlight=False
+    )
 
 
 @app.command()
@@ -213,11 +262,15 @@ def attention(
     sentence: str = typer.Argument(..., help="Source sentence to translate and look at."),
     layer: str = typer.Option("all", "--layer", help="Layer number (from 1) or all."),
     kind: str = typer.Option("all", "--kind", help="enc-self, dec-self, cross or all."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
-    html: Optional[str] = typer.Option(None, "--html", metavar="[FILE]",
-                                       help="Also write an interactive, self-contained HTML head view to FILE "
-                                            "(default: attention.html in the output directory)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+    html: str | None = typer.Option(
+        None,
+        "--html",
+        metavar="[FILE]",
+        help="Also write an interactive, self-contained HTML head view to FILE "
+        "(default: attention.html in the output directory).",
+    ),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
     from .heads import show_attention
@@ -229,14 +282,22 @@ def attention(
 def heads(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
     split: str = typer.Option("valid", "--split", help="train, valid, test, or a split name of the data source."),
-    metric: str = typer.Option("bleu", "--metric", help="bleu (decode; also reports loss) or loss (teacher forcing only, fast)."),
-    max_sentences: int = typer.Option(500, "--max-sentences", min=0, help="Judge heads on the first N pairs (0 = all)."),
+    metric: str = typer.Option(
+        "bleu", "--metric", help="bleu (decode; also reports loss) or loss (teacher forcing only, fast)."
+    ),
+    max_sentences: int = typer.Option(
+        500, "--max-sentences", min=0, help="Judge heads on the first N pairs (0 = all)."
+    ),
     beam: int = typer.Option(1, "--beam", min=1, help="Beam size for BLEU (1 = greedy, fastest)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
-    roles: bool = typer.Option(False, "--roles", help="Instead: what each head does over the sentences (entropy, "
-                                                     "confidence, neighbour/sink/diagonal weight) and its class."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    roles: bool = typer.Option(
+        False,
+        "--roles",
+        help="Instead: what each head does over the sentences (entropy, "
+        "confidence, neighbour/sink/diagonal weight) and its class.",
+    ),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
     if roles:
@@ -251,38 +312,74 @@ def heads(
 
 @app.command()
 def bench(
-    names: List[str] = typer.Argument(..., help="attention, train and/or decode (run in that order)."),
+    names: list[str] = typer.Argument(..., help="attention, train and/or decode (run in that order)."),
     quick: bool = typer.Option(False, "--quick", help="Tiny shapes and models, few repetitions: runs in seconds."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed rounds per peer before timing (default: attention 3, train 1, decode 1)."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."),
-    heads: Optional[str] = typer.Option(None, "--heads", help="attention: head counts h (default 1,4,8,16,32)."),
+    repeats: int | None = typer.Option(
+        None, "--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."
+    ),
+    warmup: int | None = typer.Option(
+        None, "--warmup", min=0, help="Untimed rounds per peer before timing (default: attention 3, train 1, decode 1)."
+    ),
+    precision: str | None = typer.Option(
+        None, "--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."
+    ),
+    heads: str | None = typer.Option(None, "--heads", help="attention: head counts h (default 1,4,8,16,32)."),
     beams: str = typer.Option("1,4", "--beams", help="decode: beam sizes (1 = greedy)."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for torch (0 = torch's default)."),
-    compile_: bool = typer.Option(False, "--compile", help="torch.compile each peer (falls back to eager with a note)."),
-    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Model, batches and decoding settings (default: configs/multi30k.yaml)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
-    data: Optional[Path] = typer.Option(None, "--data", help="train/decode: text directory (default: data.local_dir or ../shared/data/multi30k; synthetic if absent)."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="decode: a run directory whose best weights ours uses."),
-    max_sentences: int = typer.Option(0, "--max-sentences", min=0, help="decode: the first N test sentences (0 = all)."),
-    batches: Optional[int] = typer.Option(None, "--batches", min=1, help="train: batches per timed sample (default 4)."),
-    against: Optional[Path] = typer.Option(None, "--against", help="train: time another checkout's step (its root folder) against ours, instead of the usual peers."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),
+    compile_: bool = typer.Option(
+        False, "--compile", help="torch.compile each peer (falls back to eager with a note)."
+    ),
+    memory: bool = typer.Option(
+        True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="Model, batches and decoding settings (default: configs/multi30k.yaml)."
+    ),
+    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    data: Path | None = typer.Option(
+        None,
+        "--data",
+        help="train/decode: text directory (default: data.local_dir or ../shared/data/multi30k; synthetic if absent).",
+    ),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="decode: a run directory whose best weights ours uses."
+    ),
+    max_sentences: int = typer.Option(
+        0, "--max-sentences", min=0, help="decode: the first N test sentences (0 = all)."
+    ),
+    batches: int | None = typer.Option(None, "--batches", min=1, help="train: batches per timed sample (default 4)."),
+    against: Path | None = typer.Option(
+        None,
+        "--against",
+        help="train: time another checkout's step (its root folder) against ours, instead of the usual peers.",
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the results as JSON."),
+    markdown_path: Path | None = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),
 ):
     """Time our attention, training step and decoding against named peers, in one process and run."""
-    from .bench import BenchOptions, options as bench_options, report_benches
+    from .bench import BenchOptions, report_benches
+    from .bench import options as bench_options
 
     chosen = bench_options.parse_names(list(names))
     options = BenchOptions(
-        device=bench_options.parse_device(device), quick=quick, repeats=repeats, warmup=warmup,
+        device=bench_options.parse_device(device),
+        quick=quick,
+        repeats=repeats,
+        warmup=warmup,
         precisions=bench_options.parse_precision(precision),
         heads=bench_options.parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
-        beams=bench_options.parse_int_list(beams, "--beams"), compile=compile_, memory=memory, threads=threads,
-        config=config or bench_options.DEFAULT_CONFIG, overrides=tuple(set_ or ()), data_dir=data, checkpoint=checkpoint,
-        max_sentences=max_sentences, batches=batches, against=against,
+        beams=bench_options.parse_int_list(beams, "--beams"),
+        compile=compile_,
+        memory=memory,
+        threads=threads,
+        config=config or bench_options.DEFAULT_CONFIG,
+        overrides=tuple(set_ or ()),
+        data_dir=data,
+        checkpoint=checkpoint,
+        max_sentences=max_sentences,
+        batches=batches,
+        against=against,
     )
     bench_options.check_options(chosen, options, heads_given=heads is not None)
     report_benches(chosen, options, console, json_path, markdown_path)
@@ -318,8 +415,10 @@ def main() -> None:
         if isinstance(exc, aborts):
             sys.exit(130)
         if type(exc).__name__ == "OutOfMemoryError" and not _state["debug"]:  # training steps skip their own
-            _print_error(f"out of GPU memory ({str(exc).splitlines()[0][:120]}); lower train.max_tokens or "
-                         f"decode.batch_tokens with --set")
+            _print_error(
+                f"out of GPU memory ({str(exc).splitlines()[0][:120]}); lower train.max_tokens or "
+                f"decode.batch_tokens with --set"
+            )
             sys.exit(2)
         if not isinstance(exc, usage_errors) or _state["debug"]:
             raise

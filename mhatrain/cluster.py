@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .ablate import GridDisplay, Point, Study, point_outcome, needed_commands, point_seconds
+from .ablate import GridDisplay, Point, Study, needed_commands, point_outcome, point_seconds
 from .errors import MhatrainError
 from .io import atomic_write_json, read_json
 
@@ -48,8 +48,10 @@ def check_options(options: JobOptions, jobs: int, devices: str | None) -> None:
     if options.executor not in EXECUTORS:
         raise MhatrainError(f"--executor must be {' or '.join(EXECUTORS)}, got {options.executor!r}")
     if jobs != 1 or devices:
-        raise MhatrainError(f"{'--jobs' if jobs != 1 else '--devices'} applies to runs on this machine; with "
-                            f"--executor the scheduler places each point (use --gpus and --cpus per point)")
+        raise MhatrainError(
+            f"{'--jobs' if jobs != 1 else '--devices'} applies to runs on this machine; with "
+            f"--executor the scheduler places each point (use --gpus and --cpus per point)"
+        )
     for option, value in (("--time", options.time_min), ("--gpus", options.gpus), ("--cpus", options.cpus)):
         if value is not None and value < (0 if option == "--gpus" else 1):
             raise MhatrainError(f"{option} must be {'≥ 0' if option == '--gpus' else 'positive'}, got {value}")
@@ -58,8 +60,10 @@ def check_options(options: JobOptions, jobs: int, devices: str | None) -> None:
     except ImportError:
         raise MhatrainError("--executor needs the submitit package: pip install 'mhatrain[slurm]'") from None
     if options.executor == "slurm" and shutil.which("sbatch") is None:
-        raise MhatrainError("--executor slurm: no sbatch command here (run `ablate` on a SLURM login node, or use "
-                            "--executor local to run the jobs on this machine)")
+        raise MhatrainError(
+            "--executor slurm: no sbatch command here (run `ablate` on a SLURM login node, or use "
+            "--executor local to run the jobs on this machine)"
+        )
     if options.partition is not None and options.executor != "slurm":
         raise MhatrainError("--partition applies to --executor slurm")
 
@@ -82,9 +86,14 @@ def _executor(study: Study, options: JobOptions):
     import submitit
 
     executor = submitit.AutoExecutor(folder=study.dir / JOBS_DIR / "%j", cluster=options.executor)
-    executor.update_parameters(timeout_min=options.time_min, gpus_per_node=options.gpus,
-                               cpus_per_task=options.cpus, nodes=1, tasks_per_node=1,
-                               slurm_partition=options.partition)
+    executor.update_parameters(
+        timeout_min=options.time_min,
+        gpus_per_node=options.gpus,
+        cpus_per_task=options.cpus,
+        nodes=1,
+        tasks_per_node=1,
+        slurm_partition=options.partition,
+    )
     return executor
 
 
@@ -102,8 +111,9 @@ def _in_flight(study: Study, options: JobOptions, recorded: dict) -> dict:
     return jobs
 
 
-def run_jobs(study: Study, todo: list[Point], extra: list[str], options: JobOptions, done_before: int,
-             console: Console) -> None:
+def run_jobs(
+    study: Study, todo: list[Point], extra: list[str], options: JobOptions, done_before: int, console: Console
+) -> None:
     """Submit a job per unfinished point (unless its job is still in flight), wait for them all."""
     jobs_file = study.dir / JOBS_DIR / JOBS_FILE
     recorded = read_json(jobs_file) or {}
@@ -120,8 +130,11 @@ def run_jobs(study: Study, todo: list[Point], extra: list[str], options: JobOpti
                 waiting[point.name] = executor.submit(run_point_job, study, point, extra)
                 recorded[point.name] = waiting[point.name].job_id
                 atomic_write_json(jobs_file, recorded)
-            grid.start(point, f" as {options.executor} job {waiting[point.name].job_id}",
-                       resumed=study.state(point) != "pending")
+            grid.start(
+                point,
+                f" as {options.executor} job {waiting[point.name].job_id}",
+                resumed=study.state(point) != "pending",
+            )
         failed = _wait(study, points, waiting, grid, options, console)
     if failed:
         from .report import report_study
@@ -131,8 +144,9 @@ def run_jobs(study: Study, todo: list[Point], extra: list[str], options: JobOpti
         raise MhatrainError(f"{len(failed)} of {len(todo)} jobs failed: {names}")
 
 
-def _wait(study: Study, points: dict[str, Point], waiting: dict, grid: GridDisplay, options: JobOptions,
-          console: Console) -> dict[str, Path]:
+def _wait(
+    study: Study, points: dict[str, Point], waiting: dict, grid: GridDisplay, options: JobOptions, console: Console
+) -> dict[str, Path]:
     failed: dict[str, Path] = {}
     try:
         while waiting:
@@ -150,12 +164,16 @@ def _wait(study: Study, points: dict[str, Point], waiting: dict, grid: GridDispl
             time.sleep(POLL_SECONDS if waiting else 0)
     except KeyboardInterrupt:
         if options.executor == "slurm":
-            console.print(f"stopped waiting: the jobs keep running on the cluster. `mhatrain report {study.dir}` shows "
-                          f"how far they are; the same `mhatrain ablate` command waits for them again and resubmits "
-                          f"the points whose jobs ended unfinished")
+            console.print(
+                f"stopped waiting: the jobs keep running on the cluster. `mhatrain report {study.dir}` shows "
+                f"how far they are; the same `mhatrain ablate` command waits for them again and resubmits "
+                f"the points whose jobs ended unfinished"
+            )
         else:
-            console.print("stopped: run the same `mhatrain ablate` command again to continue (finished points are "
-                          "kept, interrupted ones resume from their last checkpoint)")
+            console.print(
+                "stopped: run the same `mhatrain ablate` command again to continue (finished points are "
+                "kept, interrupted ones resume from their last checkpoint)"
+            )
         raise SystemExit(130) from None
     return failed
 
@@ -163,4 +181,3 @@ def _wait(study: Study, points: dict[str, Point], waiting: dict, grid: GridDispl
 def jobs_record(study_dir: Path) -> dict:
     """The job id of each point, as the last `ablate --executor` recorded them."""
     return read_json(Path(study_dir) / JOBS_DIR / JOBS_FILE) or {}
-

@@ -58,11 +58,15 @@ class DataConfig:
 class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = field(default="bf16", metadata=_choices("bf16", "fp16", "fp32"))  # autocast dtype; fp16 scales the loss
+    precision: str = field(
+        default="bf16", metadata=_choices("bf16", "fp16", "fp32")
+    )  # autocast dtype; fp16 scales the loss
     threads: int = 0  # CPU threads for torch (0 = torch's default)
     max_tokens: int = 4096  # token budget per batch: sentences × longest side (src or tgt)
     accum_steps: int = 1  # batches per optimiser update
-    tokens_per_update: int = 0  # >0: derive accum_steps per process from processes × max_tokens (excludes accum_steps > 1)
+    tokens_per_update: int = (
+        0  # >0: derive accum_steps per process from processes × max_tokens (excludes accum_steps > 1)
+    )
     max_epochs: int = 20
     max_steps: int = 0  # stop after this many updates (0 = no limit)
     lr_factor: float = 1.0  # multiplies the paper's d_model^-0.5 · min(s^-0.5, s·w^-1.5)
@@ -84,9 +88,13 @@ class TrainConfig:
     checkpoint_every_minutes: float = 0.0  # also save last.pt every N minutes of training (0 = off)
     keep_checkpoints: int = 0  # keep the weights of the last N checkpoints in snapshots/ (for `average --last`)
     log_every: int = 50  # print a progress line every N updates
-    tensorboard: bool = False  # also write metrics as TensorBoard scalars to RUN_DIR/tensorboard (mhatrain[tensorboard])
+    tensorboard: bool = (
+        False  # also write metrics as TensorBoard scalars to RUN_DIR/tensorboard (mhatrain[tensorboard])
+    )
     compile: bool = False  # torch.compile the model (falls back to eager if it fails)
-    dist_backend: str = field(default="auto", metadata=_choices("auto", "nccl", "gloo"))  # torchrun: nccl on GPU, gloo on CPU
+    dist_backend: str = field(
+        default="auto", metadata=_choices("auto", "nccl", "gloo")
+    )  # torchrun: nccl on GPU, gloo on CPU
 
 
 @dataclass
@@ -123,8 +131,9 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 # ----------------------------------------------------------------------------- loading
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
-                check_paths: bool = True) -> Config:
+def load_config(
+    path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), check_paths: bool = True
+) -> Config:
     """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, validate.
 
     check_paths=False skips checks of data paths (a finished run can translate without its data).
@@ -262,42 +271,66 @@ def validate(config: Config, source: str, check_paths: bool = True) -> None:
         raise ConfigError(f"{source}: '{key}' {message}")
 
     positive = {
-        "model.d_model": m.d_model, "model.n_heads": m.n_heads, "model.d_ff": m.d_ff,
-        "model.n_encoder_layers": m.n_encoder_layers, "model.n_decoder_layers": m.n_decoder_layers,
-        "model.max_positions": m.max_positions, "data.max_length": d.max_length,
-        "data.vocab_size": d.vocab_size, "train.max_tokens": t.max_tokens,
-        "train.accum_steps": t.accum_steps, "train.max_epochs": t.max_epochs,
-        "train.warmup_steps": t.warmup_steps, "train.valid_beam": t.valid_beam,
-        "train.log_every": t.log_every, "train.max_bad_updates": t.max_bad_updates, "decode.beam": dec.beam, "decode.batch_tokens": dec.batch_tokens,
+        "model.d_model": m.d_model,
+        "model.n_heads": m.n_heads,
+        "model.d_ff": m.d_ff,
+        "model.n_encoder_layers": m.n_encoder_layers,
+        "model.n_decoder_layers": m.n_decoder_layers,
+        "model.max_positions": m.max_positions,
+        "data.max_length": d.max_length,
+        "data.vocab_size": d.vocab_size,
+        "train.max_tokens": t.max_tokens,
+        "train.accum_steps": t.accum_steps,
+        "train.max_epochs": t.max_epochs,
+        "train.warmup_steps": t.warmup_steps,
+        "train.valid_beam": t.valid_beam,
+        "train.log_every": t.log_every,
+        "train.max_bad_updates": t.max_bad_updates,
+        "decode.beam": dec.beam,
+        "decode.batch_tokens": dec.batch_tokens,
     }
     for key, value in positive.items():
         if value <= 0:
             fail(key, f"must be positive, got {value}")
     non_negative = {
-        "train.max_steps": t.max_steps, "train.valid_every": t.valid_every, "train.patience": t.patience,
-        "train.checkpoint_every": t.checkpoint_every, "train.threads": t.threads,
-        "train.checkpoint_every_minutes": t.checkpoint_every_minutes, "train.keep_checkpoints": t.keep_checkpoints,
+        "train.max_steps": t.max_steps,
+        "train.valid_every": t.valid_every,
+        "train.patience": t.patience,
+        "train.checkpoint_every": t.checkpoint_every,
+        "train.threads": t.threads,
+        "train.checkpoint_every_minutes": t.checkpoint_every_minutes,
+        "train.keep_checkpoints": t.keep_checkpoints,
         "train.tokens_per_update": t.tokens_per_update,
-        "train.clip_norm": t.clip_norm, "train.weight_decay": t.weight_decay,
-        "train.valid_max_sentences": t.valid_max_sentences, "data.max_train_examples": d.max_train_examples,
-        "data.tokenizer_sample": d.tokenizer_sample, "decode.alpha": dec.alpha,
-        "decode.max_len_a": dec.max_len_a, "decode.max_len_b": dec.max_len_b,
+        "train.clip_norm": t.clip_norm,
+        "train.weight_decay": t.weight_decay,
+        "train.valid_max_sentences": t.valid_max_sentences,
+        "data.max_train_examples": d.max_train_examples,
+        "data.tokenizer_sample": d.tokenizer_sample,
+        "decode.alpha": dec.alpha,
+        "decode.max_len_a": dec.max_len_a,
+        "decode.max_len_b": dec.max_len_b,
     }
     for key, value in non_negative.items():
         if value < 0:
             fail(key, f"must not be negative, got {value}")
     if m.d_model % m.n_heads:
         fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads}")
-    for key, value in {"model.dropout": m.dropout, "model.attention_dropout": m.attention_dropout,
-                       "train.label_smoothing": t.label_smoothing}.items():
+    for key, value in {
+        "model.dropout": m.dropout,
+        "model.attention_dropout": m.attention_dropout,
+        "train.label_smoothing": t.label_smoothing,
+    }.items():
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
     for key, value in {"train.adam_beta1": t.adam_beta1, "train.adam_beta2": t.adam_beta2}.items():
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
     if t.tokens_per_update and t.accum_steps > 1:
-        fail("train.tokens_per_update", f"and train.accum_steps={t.accum_steps} both set the batches per update: "
-                                        f"set train.accum_steps to 1, or train.tokens_per_update to 0")
+        fail(
+            "train.tokens_per_update",
+            f"and train.accum_steps={t.accum_steps} both set the batches per update: "
+            f"set train.accum_steps to 1, or train.tokens_per_update to 0",
+        )
     if t.tokens_per_update and t.tokens_per_update < t.max_tokens:
         fail("train.tokens_per_update", f"must be at least train.max_tokens={t.max_tokens}, got {t.tokens_per_update}")
     if t.lr_factor <= 0 or t.adam_eps <= 0:

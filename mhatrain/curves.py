@@ -102,11 +102,13 @@ def group_by_heads(curves: list[Curve]) -> dict[int, dict]:
         groups.setdefault(curve.heads, []).append(curve)
     out = {}
     for h, members in sorted(groups.items()):
-        out[h] = {"seeds": [c.seed for c in members],
-                  "valid_bleu": _mean_band([(c.valid_steps, c.valid_bleu) for c in members]),
-                  "valid_ppl": _mean_band([(c.valid_steps, c.valid_ppl) for c in members]),
-                  "train_loss": _mean_band([(c.train_steps, c.train_loss) for c in members]),
-                  "best": [c.best() for c in members]}
+        out[h] = {
+            "seeds": [c.seed for c in members],
+            "valid_bleu": _mean_band([(c.valid_steps, c.valid_bleu) for c in members]),
+            "valid_ppl": _mean_band([(c.valid_steps, c.valid_ppl) for c in members]),
+            "train_loss": _mean_band([(c.train_steps, c.train_loss) for c in members]),
+            "best": [c.best() for c in members],
+        }
     return out
 
 
@@ -135,11 +137,16 @@ def summary_lines(curves: list[Curve]) -> list[str]:
             lines.append(f"{c.name}: no validation yet")
             continue
         falling = len(c.valid_ppl) >= 2 and c.valid_ppl[-1] < c.valid_ppl[-2]
-        best_text = (f"best at update {best[0]:,} (valid BLEU {_fmt(best[1])}, PPL {best[2]:.2f})" if best
-                     else "best checkpoint unknown")
-        lines.append(f"{c.name}: {best_text}; last validation at update {c.valid_steps[-1]:,} (BLEU "
-                     f"{_fmt(c.valid_bleu[-1])}, PPL {c.valid_ppl[-1]:.2f}); validation perplexity "
-                     f"{'still falling' if falling else 'not falling'} at the last validation")
+        best_text = (
+            f"best at update {best[0]:,} (valid BLEU {_fmt(best[1])}, PPL {best[2]:.2f})"
+            if best
+            else "best checkpoint unknown"
+        )
+        lines.append(
+            f"{c.name}: {best_text}; last validation at update {c.valid_steps[-1]:,} (BLEU "
+            f"{_fmt(c.valid_bleu[-1])}, PPL {c.valid_ppl[-1]:.2f}); validation perplexity "
+            f"{'still falling' if falling else 'not falling'} at the last validation"
+        )
     return lines
 
 
@@ -154,8 +161,11 @@ def draw_curves(paths: list[Path], out: Path | None, console) -> Path:
     curves, grouped = gather_curves([Path(p) for p in paths])
     if out is None:
         out = Path(paths[0]) / "curves.png" if len(paths) == 1 else Path("curves.png")
-    title = (f"Learning curves: {Path(paths[0]).name}, mean over seeds per h" if grouped
-             else f"Learning curves: {', '.join(Path(p).name for p in paths)}")
+    title = (
+        f"Learning curves: {Path(paths[0]).name}, mean over seeds per h"
+        if grouped
+        else f"Learning curves: {', '.join(Path(p).name for p in paths)}"
+    )
     learning_curves_plot(group_by_heads(curves) if grouped else None, curves, Path(out), title)
     for line in summary_lines(curves):
         console.print(line, highlight=False)

@@ -14,8 +14,14 @@ from .errors import MhatrainError
 BOARD_DIR = "tensorboard"
 # metrics.jsonl field → TensorBoard tag, per kind of record
 TAGS = {
-    "train": {"loss": "train/loss", "nll": "train/nll", "lr": "train/lr", "grad_norm": "train/grad_norm",
-              "tokens_per_s": "train/tokens_per_s", "padding": "train/padding"},
+    "train": {
+        "loss": "train/loss",
+        "nll": "train/nll",
+        "lr": "train/lr",
+        "grad_norm": "train/grad_norm",
+        "tokens_per_s": "train/tokens_per_s",
+        "padding": "train/padding",
+    },
     "valid": {"valid_loss": "valid/loss", "valid_ppl": "valid/ppl", "valid_bleu": "valid/bleu"},
 }
 
@@ -25,8 +31,10 @@ def check_available() -> None:
     try:
         import tensorboard  # noqa: F401  (torch.utils.tensorboard writes with it)
     except ImportError:
-        raise MhatrainError("train.tensorboard needs the tensorboard package: pip install 'mhatrain[tensorboard]' "
-                            "(or pip install tensorboard)") from None
+        raise MhatrainError(
+            "train.tensorboard needs the tensorboard package: pip install 'mhatrain[tensorboard]' "
+            "(or pip install tensorboard)"
+        ) from None
 
 
 class Dashboard:

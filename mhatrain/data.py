@@ -48,7 +48,7 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.src)
 
-    def head(self, n: int) -> "Corpus":
+    def head(self, n: int) -> Corpus:
         """The first n pairs, from the same source."""
         return replace(self, src=self.src[:n], tgt=self.tgt[:n])
 
@@ -191,11 +191,15 @@ def _load_hub(cfg: DataConfig, split: str) -> Corpus:
             raise DataError(f"{name}: 'translation' must hold objects, got {nested.type}")
         for lang in (cfg.src_lang, cfg.tgt_lang):
             if lang not in fields:
-                raise DataError(f"{name}: missing language field '{lang}' in 'translation' (fields: {', '.join(fields)})")
+                raise DataError(
+                    f"{name}: missing language field '{lang}' in 'translation' (fields: {', '.join(fields)})"
+                )
         if nested.null_count:
             raise DataError(f"{name}: {nested.null_count} rows have no 'translation'")
-        src, tgt = (_hub_strings(pc.struct_field(nested, lang), name, f"translation.{lang}")
-                    for lang in (cfg.src_lang, cfg.tgt_lang))
+        src, tgt = (
+            _hub_strings(pc.struct_field(nested, lang), name, f"translation.{lang}")
+            for lang in (cfg.src_lang, cfg.tgt_lang)
+        )
         return Corpus(name, src, tgt, hub_fingerprint=fingerprint)
     raise DataError(
         f"{name}: no fields '{cfg.src_lang}'/'{cfg.tgt_lang}' or 'translation' (columns: {', '.join(sorted(columns))})"
@@ -291,7 +295,9 @@ def train_or_load_tokenizer(cfg: DataConfig, log=print, data_key: str | None = N
 
     sentences = [s for s in (*train.src, *train.tgt) if s.strip()]
     buffer = io.BytesIO()
-    log(f"tokenizer: training {cfg.tokenizer_type} SentencePiece, vocab {cfg.vocab_size}, on {len(sentences)} sentences")
+    log(
+        f"tokenizer: training {cfg.tokenizer_type} SentencePiece, vocab {cfg.vocab_size}, on {len(sentences)} sentences"
+    )
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
@@ -302,7 +308,10 @@ def train_or_load_tokenizer(cfg: DataConfig, log=print, data_key: str | None = N
             input_sentence_size=cfg.tokenizer_sample,
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
             num_threads=2,
             minloglevel=2,
         )
@@ -337,10 +346,18 @@ def encode_corpus(tokenizer: Tokenizer, corpus: Corpus, max_length: int | None) 
     flat arrays straight away, so the lists of Python ints never exist for the whole split.
     """
     dtype = id_dtype(tokenizer.vocab_size)
-    src = TokenTable.concat([_encode_block(tokenizer, corpus.src[k : k + ENCODE_BLOCK], dtype)
-                             for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)])
-    tgt = TokenTable.concat([_encode_block(tokenizer, corpus.tgt[k : k + ENCODE_BLOCK], dtype)
-                             for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)])
+    src = TokenTable.concat(
+        [
+            _encode_block(tokenizer, corpus.src[k : k + ENCODE_BLOCK], dtype)
+            for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)
+        ]
+    )
+    tgt = TokenTable.concat(
+        [
+            _encode_block(tokenizer, corpus.tgt[k : k + ENCODE_BLOCK], dtype)
+            for k in range(0, max(len(corpus), 1), ENCODE_BLOCK)
+        ]
+    )
     if max_length is None:
         return Encoded(src, tgt, np.arange(len(src), dtype=np.int64), name=corpus.name)
     src_len, tgt_len = src.lengths, tgt.lengths
@@ -398,11 +415,12 @@ class Batch:
         pad = int((self.src == PAD).sum()) + int((self.tgt_out == PAD).sum())
         return pad, self.src.numel() + self.tgt_out.numel()
 
-    def to(self, device, non_blocking: bool = False) -> "Batch":
-        return Batch(*(t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)),
-                     self.indices)
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        return Batch(
+            *(t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)), self.indices
+        )
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices)
 
 
@@ -459,8 +477,9 @@ class Prefetcher:
     def __init__(self, make, items, depth: int = 2):
         self._queue: queue.Queue = queue.Queue(depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, args=(make, list(items)), daemon=True,
-                                        name="mhatrain-prefetch")
+        self._thread = threading.Thread(
+            target=self._fill, args=(make, list(items)), daemon=True, name="mhatrain-prefetch"
+        )
         self._thread.start()
 
     def _fill(self, make, items) -> None:
@@ -489,7 +508,7 @@ class Prefetcher:
             raise value
         return value
 
-    def __enter__(self) -> "Prefetcher":
+    def __enter__(self) -> Prefetcher:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -16,7 +16,6 @@ sentences per step on the CPU, every few steps elsewhere): finished hypotheses a
 
 from __future__ import annotations
 
-
 import torch
 
 from .config import DecodeConfig
@@ -39,8 +38,15 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> t
     return limits.clamp(max=model.cfg.max_positions - 2)
 
 
-def _next_logits(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, use_cache: bool, gates,
-                 eos_only: torch.Tensor, normalise: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _next_logits(
+    model: Transformer,
+    tokens: torch.Tensor,
+    cache: DecoderCache,
+    use_cache: bool,
+    gates,
+    eos_only: torch.Tensor,
+    normalise: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, t] tokens so far → ([N, V] float32 logits of the next token, what may not come next at -inf;
     [N, 1] log-normaliser of the model's distribution, or None without `normalise`: greedy search
     takes the argmax, which the normaliser does not move).
@@ -76,8 +82,9 @@ def _reads_every(device: torch.device) -> int:
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True,
-                  gates: HeadGates | None = None) -> list[list[int]]:
+def greedy_search(
+    model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True, gates: HeadGates | None = None
+) -> list[list[int]]:
     """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates).
 
     Finished rows go on emitting PAD, which the output drops, so running past the step where every
@@ -108,8 +115,15 @@ def _strip(ids: list[int]) -> list[int]:
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: int | None = None,
-                alpha: float | None = None, use_cache: bool = True, gates: HeadGates | None = None) -> list[list[int]]:
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    cfg: DecodeConfig,
+    beam: int | None = None,
+    alpha: float | None = None,
+    use_cache: bool = True,
+    gates: HeadGates | None = None,
+) -> list[list[int]]:
     """src: [B, S] → for each sentence the best hypothesis's token ids (without BOS/EOS)."""
     K = beam or cfg.beam
     if K == 1:
@@ -118,9 +132,16 @@ def beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: 
 
 
 @torch.no_grad()
-def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, beam: int | None = None,
-                       alpha: float | None = None, use_cache: bool = True, gates: HeadGates | None = None,
-                       stop_early: bool = True) -> list[tuple[float, list[int]]]:
+def scored_beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    cfg: DecodeConfig,
+    beam: int | None = None,
+    alpha: float | None = None,
+    use_cache: bool = True,
+    gates: HeadGates | None = None,
+    stop_early: bool = True,
+) -> list[tuple[float, list[int]]]:
     """src: [B, S] → for each sentence (log P(hypothesis + EOS) / lp, token ids without BOS/EOS) of
     its best hypothesis; (-inf, []) if none finished.
 
@@ -199,8 +220,10 @@ def scored_beam_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig,
         cache.reorder(source_rows, sentences=active)
 
     best_tokens = finished_tokens[:, 0].tolist()
-    return [(score, [t for t in ids if t != PAD]) if score > float("-inf") else (float("-inf"), [])
-            for score, ids in zip(finished[:, 0].tolist(), best_tokens)]
+    return [
+        (score, [t for t in ids if t != PAD]) if score > float("-inf") else (float("-inf"), [])
+        for score, ids in zip(finished[:, 0].tolist(), best_tokens)
+    ]
 
 
 def best_reachable(score: torch.Tensor, step: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -216,8 +239,13 @@ def best_reachable(score: torch.Tensor, step: int, limits: torch.Tensor, alpha: 
     return torch.maximum(score / longest, score / shortest)
 
 
-def _keep_best(finished: torch.Tensor, finished_tokens: torch.Tensor, sentence: torch.Tensor,
-               new_scores: torch.Tensor, new_tokens: torch.Tensor) -> None:
+def _keep_best(
+    finished: torch.Tensor,
+    finished_tokens: torch.Tensor,
+    sentence: torch.Tensor,
+    new_scores: torch.Tensor,
+    new_tokens: torch.Tensor,
+) -> None:
     """Merge new finished hypotheses ([n, K] scores, -inf for none; [n, K, L] tokens) of sentences
     `sentence` into their K best ([B, K], [B, K, L], best first), in place.
 
@@ -232,9 +260,18 @@ def _keep_best(finished: torch.Tensor, finished_tokens: torch.Tensor, sentence: 
     finished_tokens[sentence] = pool_tokens.gather(1, order[:, :, None].expand(-1, -1, pool_tokens.size(2)))
 
 
-def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfig, device,
-                  beam: int | None = None, alpha: float | None = None, precision: str = "fp32",
-                  use_cache: bool = True, progress=None, gates: HeadGates | None = None) -> list[list[int]]:
+def translate_ids(
+    model: Transformer,
+    sources: list[list[int]],
+    cfg: DecodeConfig,
+    device,
+    beam: int | None = None,
+    alpha: float | None = None,
+    precision: str = "fp32",
+    use_cache: bool = True,
+    progress=None,
+    gates: HeadGates | None = None,
+) -> list[list[int]]:
     """Translate token-id sequences (without EOS) in length-sorted batches; returns ids in input order."""
     model.eval()
     limit = model.cfg.max_positions - 1
@@ -255,9 +292,17 @@ def translate_ids(model: Transformer, sources: list[list[int]], cfg: DecodeConfi
     return out
 
 
-def translate(model: Transformer, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig, device,
-              beam: int | None = None, alpha: float | None = None, precision: str = "fp32",
-              progress=None) -> list[str]:
+def translate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    device,
+    beam: int | None = None,
+    alpha: float | None = None,
+    precision: str = "fp32",
+    progress=None,
+) -> list[str]:
     """Raw sentences in, detokenised translations out."""
     ids = translate_ids(model, tokenizer.encode(sentences), cfg, device, beam, alpha, precision, progress=progress)
     return tokenizer.decode(ids)

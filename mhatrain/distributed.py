@@ -49,8 +49,10 @@ def read_launch(env=os.environ) -> Launch | None:
         return None
     missing = [name for name in (*LAUNCH_VARS, *MEETING_VARS) if not env.get(name)]
     if missing:
-        raise MhatrainError(f"{', '.join(present)} set but not {', '.join(missing)}: start several processes with "
-                            f"torchrun (see docs/distributed.md), or unset {', '.join(present)} to train in one process")
+        raise MhatrainError(
+            f"{', '.join(present)} set but not {', '.join(missing)}: start several processes with "
+            f"torchrun (see docs/distributed.md), or unset {', '.join(present)} to train in one process"
+        )
     values = {}
     for name in (*LAUNCH_VARS, "MASTER_PORT", *(["LOCAL_WORLD_SIZE"] if env.get("LOCAL_WORLD_SIZE") else [])):
         try:
@@ -64,8 +66,9 @@ def read_launch(env=os.environ) -> Launch | None:
         raise MhatrainError(f"RANK={rank} with WORLD_SIZE={world}: ranks go from 0 to {world - 1}")
     local_world = values.get("LOCAL_WORLD_SIZE", world)
     if not 0 <= local_rank < local_world:
-        raise MhatrainError(f"LOCAL_RANK={local_rank} with LOCAL_WORLD_SIZE={local_world}: local ranks go from 0 "
-                            f"to {local_world - 1}")
+        raise MhatrainError(
+            f"LOCAL_RANK={local_rank} with LOCAL_WORLD_SIZE={local_world}: local ranks go from 0 to {local_world - 1}"
+        )
     return Launch(world, rank, local_rank)
 
 
@@ -84,14 +87,18 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     if local_rank is None or device.type != "cuda":
         return device
     if device.index is not None:
-        raise MhatrainError(f"train.device={name} would put every process on the same GPU: with torchrun use "
-                            f"train.device=cuda (or auto), and each process takes cuda:LOCAL_RANK")
+        raise MhatrainError(
+            f"train.device={name} would put every process on the same GPU: with torchrun use "
+            f"train.device=cuda (or auto), and each process takes cuda:LOCAL_RANK"
+        )
     count = torch.cuda.device_count()
     if local_rank >= count:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
-        raise MhatrainError(f"LOCAL_RANK={local_rank} but this machine shows {count} CUDA device(s){shown}: "
-                            f"start at most {count} processes per machine (--nproc_per_node={count})")
+        raise MhatrainError(
+            f"LOCAL_RANK={local_rank} but this machine shows {count} CUDA device(s){shown}: "
+            f"start at most {count} processes per machine (--nproc_per_node={count})"
+        )
     return torch.device("cuda", local_rank)
 
 
@@ -100,8 +107,10 @@ def pick_backend(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
     if requested == "nccl" and device.type != "cuda":
-        raise MhatrainError("train.dist_backend=nccl needs CUDA devices, but training runs on the CPU "
-                            "(train.device): use train.dist_backend=gloo or auto")
+        raise MhatrainError(
+            "train.dist_backend=nccl needs CUDA devices, but training runs on the CPU "
+            "(train.device): use train.dist_backend=gloo or auto"
+        )
     if requested == "nccl" and not dist.is_nccl_available():
         raise MhatrainError("train.dist_backend=nccl but this PyTorch build has no NCCL: use gloo or auto")
     return requested
@@ -206,8 +215,10 @@ def process_group(device_name: str, backend: str = "auto"):
         dist.init_process_group(backend, timeout=TIMEOUT, **({"device_id": device} if backend == "nccl" else {}))
     except (RuntimeError, ValueError) as exc:  # the rendezvous failed: wrong address, port in use, ...
         where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-        raise MhatrainError(f"rank {launch.rank} of {launch.world} cannot join the other processes at {where}: "
-                            f"{str(exc).strip().splitlines()[0][:200]}") from None
+        raise MhatrainError(
+            f"rank {launch.rank} of {launch.world} cannot join the other processes at {where}: "
+            f"{str(exc).strip().splitlines()[0][:200]}"
+        ) from None
     try:
         yield Group(device, launch.rank, launch.world, backend)
     finally:

@@ -65,14 +65,19 @@ def sacrebleu_test_set(name: str, langpair: str) -> tuple[Path, Path]:
         hint = f" (did you mean {', '.join(close)}?)" if close else " (see `sacrebleu --list`)"
         raise MhatrainError(f"--sacrebleu-set: unknown sacreBLEU test set {name!r}{hint}")
     if langpair not in DATASETS[name].langpairs:
-        raise MhatrainError(f"--langpair: sacreBLEU test set {name} has no language pair {langpair!r} "
-                            f"(it has: {', '.join(sorted(DATASETS[name].langpairs))})")
+        raise MhatrainError(
+            f"--langpair: sacreBLEU test set {name} has no language pair {langpair!r} "
+            f"(it has: {', '.join(sorted(DATASETS[name].langpairs))})"
+        )
     stem = Path(SACREBLEU_DIR) / name / f"{name.replace('/', '_')}.{langpair}"
     src, ref = Path(f"{stem}.src"), Path(f"{stem}.ref")
     if not (src.is_file() and ref.is_file()):
         more = sorted(p.name for p in stem.parent.glob(f"{stem.name}.ref?*")) if src.is_file() else []
-        why = f"it holds several references ({', '.join(more)}); score one with --ref" if more else \
-            f"fetch it once with `sacrebleu -t {name} -l {langpair} --echo src > /dev/null`, or set SACREBLEU"
+        why = (
+            f"it holds several references ({', '.join(more)}); score one with --ref"
+            if more
+            else f"fetch it once with `sacrebleu -t {name} -l {langpair} --echo src > /dev/null`, or set SACREBLEU"
+        )
         raise MhatrainError(f"sacreBLEU test set {name} {langpair} is not in sacreBLEU's cache {SACREBLEU_DIR}: {why}")
     return src, ref
 
@@ -82,7 +87,9 @@ def score_files(hyp: Path, ref: Path | None, sacrebleu_set: str | None, langpair
     from . import provenance
 
     if (ref is None) == (sacrebleu_set is None):
-        raise MhatrainError("give the references with --ref FILE or --sacrebleu-set NAME --langpair SRC-TGT (one of them)")
+        raise MhatrainError(
+            "give the references with --ref FILE or --sacrebleu-set NAME --langpair SRC-TGT (one of them)"
+        )
     if sacrebleu_set is not None:
         if langpair is None:
             raise MhatrainError("--sacrebleu-set needs --langpair, e.g. --langpair en-de")
@@ -91,9 +98,13 @@ def score_files(hyp: Path, ref: Path | None, sacrebleu_set: str | None, langpair
         raise MhatrainError("--langpair goes with --sacrebleu-set")
     hyps, refs = read_aligned({"--hyp": hyp, "--ref": ref})
     result = score(hyps, refs)
-    result.update(hypotheses=str(hyp), references=str(ref),
-                  provenance=provenance.session(data={"hypotheses": provenance.files_record(hyp),
-                                                      "references": provenance.files_record(ref)}))
+    result.update(
+        hypotheses=str(hyp),
+        references=str(ref),
+        provenance=provenance.session(
+            data={"hypotheses": provenance.files_record(hyp), "references": provenance.files_record(ref)}
+        ),
+    )
     return result
 
 
@@ -108,5 +119,8 @@ def show_scores(result: dict, title: str, console) -> None:
     table.add_row("chrF", f"{result['chrf']:.2f}")
     table.add_row("BLEU lowercased, 13a-tokenised (for the literature)", f"{result['bleu_lowercased_tokenized']:.2f}")
     console.print(table)
-    console.print(f"BLEU signature: {result['bleu_signature']}\nchrF signature: {result['chrf_signature']}\n"
-                  f"lowercased BLEU signature: {result['bleu_lowercased_tokenized_signature']}", highlight=False)
+    console.print(
+        f"BLEU signature: {result['bleu_signature']}\nchrF signature: {result['chrf_signature']}\n"
+        f"lowercased BLEU signature: {result['bleu_lowercased_tokenized_signature']}",
+        highlight=False,
+    )

@@ -36,8 +36,9 @@ ROLES = ("sink", "positional", "diffuse", "other")
 MEASURES = ("entropy", "entropy_normalised", "confidence", "previous", "same", "next", "sink", "diagonal")
 
 
-def row_measures(p: torch.Tensor, query_valid: torch.Tensor, key_valid: torch.Tensor, sink_keys: torch.Tensor,
-                 kind: str) -> dict[str, torch.Tensor]:
+def row_measures(
+    p: torch.Tensor, query_valid: torch.Tensor, key_valid: torch.Tensor, sink_keys: torch.Tensor, kind: str
+) -> dict[str, torch.Tensor]:
     """Sums over valid query rows of one batch, per layer and head.
 
     p: [L, B, H, Tq, Tk] probabilities; query_valid: [B, Tq]; key_valid: [B, Tq, Tk] (the keys each row
@@ -68,8 +69,10 @@ def row_measures(p: torch.Tensor, query_valid: torch.Tensor, key_valid: torch.Te
         centre = torch.arange(Tq)[None, :].float() * scale[:, None]  # [B, Tq]
         near = (torch.arange(Tk)[None, None, :].float() - centre[:, :, None]).abs() <= 1.0  # [B, Tq, Tk]
         values["diagonal"] = (p * near[None, :, None]).sum(-1)
-    sums = {name: (value * (many[None, :, None, :].float() if name == "entropy_normalised" else rows)).sum((1, 3))
-            for name, value in values.items()}
+    sums = {
+        name: (value * (many[None, :, None, :].float() if name == "entropy_normalised" else rows)).sum((1, 3))
+        for name, value in values.items()
+    }
     sums["_rows"] = torch.tensor(float(query_valid.sum()))
     sums["_normalised_rows"] = torch.tensor(float(many.sum()))
     return sums
@@ -109,8 +112,10 @@ def measure_roles(model, batches: list[D.Batch]) -> dict[str, dict[str, torch.Te
     means = {}
     for kind, sums in totals.items():
         rows, normalised_rows = sums.pop("_rows"), sums.pop("_normalised_rows")
-        means[kind] = {name: value / (normalised_rows if name == "entropy_normalised" else rows).clamp(min=1)
-                       for name, value in sums.items()}
+        means[kind] = {
+            name: value / (normalised_rows if name == "entropy_normalised" else rows).clamp(min=1)
+            for name, value in sums.items()
+        }
     return means
 
 
@@ -118,8 +123,11 @@ def classify(measures: dict[str, float], kind: str) -> str:
     """One head's class from its mean measures (see the module docstring)."""
     if measures["sink"] >= ROLE_THRESHOLDS["sink"]:
         return "sink"
-    positional = measures.get("diagonal", 0.0) if kind == "cross" else max(
-        measures["previous"], measures["same"], measures["next"])
+    positional = (
+        measures.get("diagonal", 0.0)
+        if kind == "cross"
+        else max(measures["previous"], measures["same"], measures["next"])
+    )
     if positional >= ROLE_THRESHOLDS["positional"]:
         return "positional"
     if measures["entropy_normalised"] >= ROLE_THRESHOLDS["diffuse"]:
@@ -135,8 +143,9 @@ def role_records(means: dict[str, dict[str, torch.Tensor]]) -> list[dict]:
         for layer in range(L):
             for head in range(H):
                 values = {name: round(float(measures[name][layer, head]), 4) for name in MEASURES if name in measures}
-                records.append({"kind": kind, "layer": layer + 1, "head": head + 1, **values,
-                                "role": classify(values, kind)})
+                records.append(
+                    {"kind": kind, "layer": layer + 1, "head": head + 1, **values, "role": classify(values, kind)}
+                )
     return records
 
 
@@ -150,8 +159,15 @@ def role_counts(records: list[dict]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def analyse_roles(run_dir: Path, split: str = "valid", max_sentences: int = 500, out: Path | None = None,
-                  checkpoint: str = "best", overrides=(), console: Console | None = None) -> dict:
+def analyse_roles(
+    run_dir: Path,
+    split: str = "valid",
+    max_sentences: int = 500,
+    out: Path | None = None,
+    checkpoint: str = "best",
+    overrides=(),
+    console: Console | None = None,
+) -> dict:
     """`mhatrain heads RUN_DIR --roles`: measure, classify, write RUN_DIR/heads/roles-SPLIT.json, print."""
     from .heads import load_eval_set
     from .runner import load_run
@@ -164,10 +180,19 @@ def analyse_roles(run_dir: Path, split: str = "valid", max_sentences: int = 500,
     run.model.eval()
     means = measure_roles(run.model, evalset.batches)
     records = role_records(means)
-    report = {"run_dir": Path(run_dir).name, "checkpoint": checkpoint, "update": run.step, "split": split,
-              "source": evalset.name, "sentences": len(evalset.sources), "n_heads": run.model.cfg.n_heads,
-              "teacher_forced": "on the reference translations", "thresholds": ROLE_THRESHOLDS,
-              "counts": role_counts(records), "heads": records}
+    report = {
+        "run_dir": Path(run_dir).name,
+        "checkpoint": checkpoint,
+        "update": run.step,
+        "split": split,
+        "source": evalset.name,
+        "sentences": len(evalset.sources),
+        "n_heads": run.model.cfg.n_heads,
+        "teacher_forced": "on the reference translations",
+        "thresholds": ROLE_THRESHOLDS,
+        "counts": role_counts(records),
+        "heads": records,
+    }
     path = (Path(out) if out is not None else Path(run_dir) / "heads") / f"roles-{split}.json"
     atomic_write_json(path, report)
     _print_roles(report, console)
@@ -178,8 +203,11 @@ def analyse_roles(run_dir: Path, split: str = "valid", max_sentences: int = 500,
 def _print_roles(report: dict, console: Console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Head roles over {report['sentences']} sentences of '{report['split']}' "
-                        f"(h={report['n_heads']}, update {report['update']})", title_justify="left")
+    table = Table(
+        title=f"Head roles over {report['sentences']} sentences of '{report['split']}' "
+        f"(h={report['n_heads']}, update {report['update']})",
+        title_justify="left",
+    )
     table.add_column("attention")
     for role in ROLES:
         table.add_column(role, justify="right")
@@ -192,8 +220,10 @@ def _print_roles(report: dict, console: Console) -> None:
         heads = [r for r in report["heads"] if r["kind"] == kind]
         layers = max(r["layer"] for r in heads)
         grid = [" ".join(letters[r["role"]] for r in heads if r["layer"] == layer) for layer in range(1, layers + 1)]
-        console.print(f"{kind}: " + " | ".join(grid) + "   (S sink, P positional, D diffuse, . other; "
-                      "layers left to right)", highlight=False)
+        console.print(
+            f"{kind}: " + " | ".join(grid) + "   (S sink, P positional, D diffuse, . other; layers left to right)",
+            highlight=False,
+        )
 
 
 def study_role_shares(records_by_run: dict[str, dict]) -> dict[str, float] | None:

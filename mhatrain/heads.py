@@ -46,8 +46,11 @@ from .precision import autocast
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
-TITLES = {"enc-self": "encoder self-attention", "dec-self": "decoder self-attention",
-          "cross": "cross-attention (decoder → encoder)"}
+TITLES = {
+    "enc-self": "encoder self-attention",
+    "dec-self": "decoder self-attention",
+    "cross": "cross-attention (decoder → encoder)",
+}
 PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # share of a group's heads removed at each point
 BLEU_TOLERANCE = 1.0  # a head is prunable if removing it (with the ones before it) costs less BLEU than this
 MAX_INPUT_CHARS = 10_000
@@ -99,8 +102,9 @@ def parse_layers(layer: str, model: Transformer, kinds: list[str]) -> dict[str, 
 
 
 @torch.no_grad()
-def attention_maps(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor,
-                   gates: HeadGates | None = None) -> Attention:
+def attention_maps(
+    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, gates: HeadGates | None = None
+) -> Attention:
     """One teacher-forced pass that returns every layer's per-head probabilities.
 
     src: [B, S] (ids + EOS, PAD-padded); tgt_in: [B, T] (BOS + target). Attention fields hold one
@@ -143,8 +147,9 @@ def check_sentence(sentence: str) -> None:
         raise MhatrainError(f"sentence of {len(sentence)} characters is over the limit of {MAX_INPUT_CHARS}")
 
 
-def sentence_maps(model: Transformer, tokenizer: D.Tokenizer, sentence: str, cfg: DecodeConfig, device,
-                  beam: int | None = None) -> SentenceMaps:
+def sentence_maps(
+    model: Transformer, tokenizer: D.Tokenizer, sentence: str, cfg: DecodeConfig, device, beam: int | None = None
+) -> SentenceMaps:
     """Translate `sentence`, then collect the maps of (source, <s> + translation) in one pass.
 
     The decoder row at input position t is the query that predicts target token t + 1.
@@ -156,11 +161,18 @@ def sentence_maps(model: Transformer, tokenizer: D.Tokenizer, sentence: str, cfg
     limit = model.cfg.max_positions - 1
     src_ids = ids[: limit - 1] + [D.EOS]  # as translate_ids truncates
     hyp = translate_ids(model, [ids], cfg, device, beam)[0]
-    tgt_ids = [D.BOS] + hyp[: limit]
+    tgt_ids = [D.BOS] + hyp[:limit]
     attention = attention_maps(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
     maps = {kind: torch.stack(getattr(attention, FIELDS[kind]))[:, 0].float().cpu() for kind in KINDS}
-    return SentenceMaps(sentence, tokenizer.decode([hyp])[0], src_ids, tgt_ids, tokenizer.pieces(src_ids),
-                        tokenizer.pieces(tgt_ids), maps)
+    return SentenceMaps(
+        sentence,
+        tokenizer.decode([hyp])[0],
+        src_ids,
+        tgt_ids,
+        tokenizer.pieces(src_ids),
+        tokenizer.pieces(tgt_ids),
+        maps,
+    )
 
 
 STATISTICS = ("entropy", "distance", "same", "previous", "next", "eos", "bos")
@@ -213,8 +225,16 @@ def _slug(sentence: str) -> str:
     return f"{words}-{digest}" if words else digest
 
 
-def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str = "all", out: Path | None = None,
-                   console: Console | None = None, overrides=(), html: str | None = None) -> dict:
+def show_attention(
+    run_dir: Path,
+    sentence: str,
+    layer: str = "all",
+    kind: str = "all",
+    out: Path | None = None,
+    console: Console | None = None,
+    overrides=(),
+    html: str | None = None,
+) -> dict:
     """The `mhatrain attention` command: maps, grid plots, statistics table and files.
 
     html: also write the interactive page (attention_html) to this file; "" = <out dir>/attention.html.
@@ -233,10 +253,15 @@ def show_attention(run_dir: Path, sentence: str, layer: str = "all", kind: str =
     layers = parse_layers(layer, run.model, kinds)
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
     report = {
-        "run_dir": str(run_dir), "update": run.step, "source": sm.source, "translation": sm.translation,
-        "beam": run.config.decode.beam, "src_pieces": sm.src_pieces, "tgt_pieces": sm.tgt_pieces,
+        "run_dir": str(run_dir),
+        "update": run.step,
+        "source": sm.source,
+        "translation": sm.translation,
+        "beam": run.config.decode.beam,
+        "src_pieces": sm.src_pieces,
+        "tgt_pieces": sm.tgt_pieces,
         "note": "maps[kind][l][h][i][j]: weight of query i on key j in layer layers[kind][l], head h+1; "
-                "enc-self: source×source, dec-self: decoder input×decoder input, cross: decoder input×source",
+        "enc-self: source×source, dec-self: decoder input×decoder input, cross: decoder input×source",
         "layers": {k: [i + 1 for i in layers[k]] for k in kinds},
         "statistics": statistics_records(sm, layers),
         "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
@@ -262,9 +287,17 @@ def write_attention_page(sm: SentenceMaps, layers: dict[str, list[int]], path: P
     """The self-contained HTML head view of the selected kinds and layers (attention_html)."""
     from .attention_html import AttentionView, write_attention_html
 
-    views = [AttentionView(kind, TITLES[kind], *axis_names(kind), *sm.labels(kind), [i + 1 for i in indices],
-                           sm.maps[kind][indices].numpy())
-             for kind, indices in layers.items()]
+    views = [
+        AttentionView(
+            kind,
+            TITLES[kind],
+            *axis_names(kind),
+            *sm.labels(kind),
+            [i + 1 for i in indices],
+            sm.maps[kind][indices].numpy(),
+        )
+        for kind, indices in layers.items()
+    ]
     return write_attention_html(path, sm.source, sm.translation, views, caption)
 
 
@@ -277,8 +310,16 @@ def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report
         q_labels, k_labels = sm.labels(kind)
         q_name, k_name = axis_names(kind)
         path = stem.with_name(f"{stem.name}-{kind}.png")
-        attention_grid(sm.maps[kind][indices].numpy(), [i + 1 for i in indices], q_labels, k_labels,
-                       f"{TITLES[kind]} — {sm.source!r} → {sm.translation!r}", path, q_name, k_name)
+        attention_grid(
+            sm.maps[kind][indices].numpy(),
+            [i + 1 for i in indices],
+            q_labels,
+            k_labels,
+            f"{TITLES[kind]} — {sm.source!r} → {sm.translation!r}",
+            path,
+            q_name,
+            k_name,
+        )
         written.append(path)
     json_path, npz_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".npz")
     atomic_write_json(json_path, report)
@@ -290,18 +331,29 @@ def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report
 
 
 def _print_attention(sm: SentenceMaps, records: list[dict], console: Console) -> None:
-    console.print(f"source:         {sm.source}\ntranslation:    {sm.translation}\n"
-                  f"source pieces:  {' '.join(sm.src_pieces)}\ndecoder inputs: {' '.join(sm.tgt_pieces)}",
-                  highlight=False, markup=False)
-    table = Table(title="per-head attention statistics (means over query positions)",
-                  caption="entropy in nats; dist: mean distance |i - j| in positions; the rest: shares of "
-                          "attention weight on the same, previous and next position and on </s> and <s>",
-                  show_edge=False)
+    console.print(
+        f"source:         {sm.source}\ntranslation:    {sm.translation}\n"
+        f"source pieces:  {' '.join(sm.src_pieces)}\ndecoder inputs: {' '.join(sm.tgt_pieces)}",
+        highlight=False,
+        markup=False,
+    )
+    table = Table(
+        title="per-head attention statistics (means over query positions)",
+        caption="entropy in nats; dist: mean distance |i - j| in positions; the rest: shares of "
+        "attention weight on the same, previous and next position and on </s> and <s>",
+        show_edge=False,
+    )
     for name in ("kind", "layer", "head", "entropy", "dist", "same", "prev", "next", "</s>", "<s>"):
         table.add_column(name, justify="left" if name == "kind" else "right", no_wrap=True)
     for r in records:
-        table.add_row(r["kind"], str(r["layer"]), str(r["head"]), f"{r['entropy']:.2f}", f"{r['distance']:.2f}",
-                      *(_share(r[name]) for name in ("same", "previous", "next", "eos", "bos")))
+        table.add_row(
+            r["kind"],
+            str(r["layer"]),
+            str(r["head"]),
+            f"{r['entropy']:.2f}",
+            f"{r['distance']:.2f}",
+            *(_share(r[name]) for name in ("same", "previous", "next", "eos", "bos")),
+        )
     console.print(table)
 
 
@@ -339,16 +391,19 @@ def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
     pairs = D.loss_pairs(encoded, run.config.data.max_length)
     if not len(pairs):
         raise MhatrainError(f"{corpus.name}: no non-empty sentence pairs to judge heads on")
-    batches = [D.collate(pairs, indices).to(run.device)
-               for indices in D.batch_indices(D.pair_lengths(pairs), run.config.train.max_tokens)]
+    batches = [
+        D.collate(pairs, indices).to(run.device)
+        for indices in D.batch_indices(D.pair_lengths(pairs), run.config.train.max_tokens)
+    ]
     return EvalSet(corpus.name, encoded.src.tolist(), corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
 
 
 def open_gates(model: Transformer, device, requires_grad: bool = False) -> HeadGates:
     """Gates of 1 for every head: [n_layers, H] per kind (the model's outputs are unchanged)."""
     H = model.cfg.n_heads
-    return HeadGates(**{FIELDS[k]: torch.ones(n_layers(model, k), H, device=device, requires_grad=requires_grad)
-                        for k in KINDS})
+    return HeadGates(
+        **{FIELDS[k]: torch.ones(n_layers(model, k), H, device=device, requires_grad=requires_grad) for k in KINDS}
+    )
 
 
 def gates_without(model: Transformer, heads, device) -> HeadGates:
@@ -363,8 +418,9 @@ def summed_nll(model: Transformer, batch: D.Batch, gates: HeadGates | None) -> t
     """Summed NLL of the batch's target tokens under head gates (train.batch_loss, without smoothing)."""
     memory, src_mask = model.encode(batch.src, gates=gates)
     logits = model.decode(batch.tgt_in, memory, src_mask, gates=gates).float()  # [B, T, V]
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
-                           ignore_index=D.PAD, reduction="sum")
+    return F.cross_entropy(
+        logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=D.PAD, reduction="sum"
+    )
 
 
 @contextlib.contextmanager
@@ -408,8 +464,9 @@ class Judge:
 
     def bleu(self, gates: HeadGates | None) -> float:
         """Corpus BLEU of the decoded sources (sacreBLEU, cased, detokenised)."""
-        ids = translate_ids(self.model, self.evalset.sources, self.decode, self.device, self.beam,
-                            precision=self.precision, gates=gates)
+        ids = translate_ids(
+            self.model, self.evalset.sources, self.decode, self.device, self.beam, precision=self.precision, gates=gates
+        )
         bleu, self.signature = bleu_score(self.tokenizer.decode(ids), self.evalset.references)
         return round(bleu, 2)
 
@@ -433,8 +490,7 @@ class Judge:
         with frozen(self.model), self._autocast():
             for batch in self.evalset.batches:
                 B = batch.src.size(0)
-                tensors = [torch.ones(t.size(0), B, t.size(1), device=self.device, requires_grad=True)
-                           for t in totals]
+                tensors = [torch.ones(t.size(0), B, t.size(1), device=self.device, requires_grad=True) for t in totals]
                 gates = HeadGates(**{FIELDS[k]: t for k, t in zip(KINDS, tensors)})
                 grads = torch.autograd.grad(summed_nll(self.model, batch, gates), tensors)
                 for total, grad in zip(totals, grads):
@@ -449,8 +505,9 @@ def normalise_per_layer(importance: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def pruning_order(normalised: dict[str, torch.Tensor], kinds) -> list[Head]:
     """Heads of `kinds`, least important first (stable: ties keep kind, layer, head order)."""
-    heads = [Head(k, layer, h) for k in kinds for layer in range(normalised[k].size(0))
-             for h in range(normalised[k].size(1))]
+    heads = [
+        Head(k, layer, h) for k in kinds for layer in range(normalised[k].size(0)) for h in range(normalised[k].size(1))
+    ]
     return sorted(heads, key=lambda head: float(normalised[head.kind][head.layer, head.head]))
 
 
@@ -474,8 +531,14 @@ def pruning_curve(judge: Judge, order: list[Head], baseline: dict, tick=lambda: 
             lo, hi = (mid, hi) if scores[mid]["bleu"] >= baseline["bleu"] - BLEU_TOLERANCE else (lo, mid)
     points, previous = [], 0
     for count in sorted(scores):
-        points.append({"pruned": count, "fraction": round(count / len(order), 4), **scores[count],
-                       "removed": [str(h) for h in order[previous:count]]})
+        points.append(
+            {
+                "pruned": count,
+                "fraction": round(count / len(order), 4),
+                **scores[count],
+                "removed": [str(h) for h in order[previous:count]],
+            }
+        )
         previous = count
     return points
 
@@ -535,8 +598,15 @@ def n_evaluations(model: Transformer, with_bleu: bool) -> int:
 def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
     """Baseline, gradient importance, single-head masking and pruning curves, with a progress bar."""
     total = n_evaluations(judge.model, judge.with_bleu)
-    progress = Progress(TextColumn("[bold]heads"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=True, disable=not console.is_terminal)
+    progress = Progress(
+        TextColumn("[bold]heads"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
     with progress:
         task = progress.add_task("heads", total=total)
         tick = lambda: progress.advance(task)  # noqa: E731
@@ -545,8 +615,10 @@ def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
         tick()
         each = time.perf_counter() - started
         shown = f"loss {baseline['loss']:.4f}" + (f", BLEU {baseline['bleu']:.2f}" if "bleu" in baseline else "")
-        console.print(f"baseline: {shown} ({each:.1f}s; all {total} evaluations: about {total * each / 60:.0f} min)",
-                      highlight=False)
+        console.print(
+            f"baseline: {shown} ({each:.1f}s; all {total} evaluations: about {total * each / 60:.0f} min)",
+            highlight=False,
+        )
         gradient = judge.gradient_importance()
         normalised = normalise_per_layer(gradient)
         masked = mask_each_head(judge, baseline, tick)
@@ -566,9 +638,17 @@ NOTES = {
 }
 
 
-def analyse_heads(run_dir: Path, split: str = "valid", metric: str = "bleu", max_sentences: int = 500,
-                  beam: int = 1, out: Path | None = None, checkpoint: str = "best", overrides=(),
-                  console: Console | None = None) -> dict:
+def analyse_heads(
+    run_dir: Path,
+    split: str = "valid",
+    metric: str = "bleu",
+    max_sentences: int = 500,
+    beam: int = 1,
+    out: Path | None = None,
+    checkpoint: str = "best",
+    overrides=(),
+    console: Console | None = None,
+) -> dict:
     """The `mhatrain heads` command: measure, then save JSON and plots and print the tables."""
     from .runner import load_run
 
@@ -583,30 +663,66 @@ def analyse_heads(run_dir: Path, split: str = "valid", metric: str = "bleu", max
     _set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     model = run.model
-    judge = Judge(model, run.tokenizer, evalset, run.config.decode, run.device, run.config.train.precision,
-                  beam, with_bleu=metric == "bleu")
+    judge = Judge(
+        model,
+        run.tokenizer,
+        evalset,
+        run.config.decode,
+        run.device,
+        run.config.train.precision,
+        beam,
+        with_bleu=metric == "bleu",
+    )
     decoding = f", {'greedy' if beam == 1 else f'beam {beam}'} decoding" if metric == "bleu" else ""
-    console.print(f"judging {len(all_heads(model))} heads ({model.cfg.n_heads} per layer) on {len(evalset.sources)} "
-                  f"sentences of '{split}' ({evalset.name}); metric {metric}{decoding}", highlight=False, markup=False)
+    console.print(
+        f"judging {len(all_heads(model))} heads ({model.cfg.n_heads} per layer) on {len(evalset.sources)} "
+        f"sentences of '{split}' ({evalset.name}); metric {metric}{decoding}",
+        highlight=False,
+        markup=False,
+    )
     started = time.perf_counter()
     analysis = measure_heads(judge, console)
     seconds = time.perf_counter() - started
 
     g, gn = analysis.gradient, analysis.normalised
     rank = {head: i + 1 for i, head in enumerate(analysis.orders["all"])}
-    records = [{"kind": h.kind, "layer": h.layer + 1, "head": h.head + 1, **analysis.masked[h],
-                "gradient": float(g[h.kind][h.layer, h.head]),
-                "gradient_normalised": round(float(gn[h.kind][h.layer, h.head]), 5),
-                "prune_rank": rank[h]} for h in all_heads(model)]
+    records = [
+        {
+            "kind": h.kind,
+            "layer": h.layer + 1,
+            "head": h.head + 1,
+            **analysis.masked[h],
+            "gradient": float(g[h.kind][h.layer, h.head]),
+            "gradient_normalised": round(float(gn[h.kind][h.layer, h.head]), 5),
+            "prune_rank": rank[h],
+        }
+        for h in all_heads(model)
+    ]
     report = {
-        "run_dir": str(run_dir), "checkpoint": checkpoint, "update": run.step, "split": split,
-        "source": evalset.name, "sentences": len(evalset.sources), "target_tokens": evalset.n_tokens,
-        "metric": metric, "beam": beam if metric == "bleu" else None, "n_heads": model.cfg.n_heads,
-        "layers": {k: n_layers(model, k) for k in KINDS}, "seconds": round(seconds, 1),
-        "baseline": analysis.baseline, "bleu_signature": judge.signature, "notes": NOTES, "heads": records,
-        "pruning": {grp: {"heads": len(analysis.orders[grp]), "points": analysis.curves[grp],
-                          **({"prunable": prunable(analysis.curves[grp], analysis.baseline["bleu"])}
-                             if metric == "bleu" else {})} for grp in GROUPS},
+        "run_dir": str(run_dir),
+        "checkpoint": checkpoint,
+        "update": run.step,
+        "split": split,
+        "source": evalset.name,
+        "sentences": len(evalset.sources),
+        "target_tokens": evalset.n_tokens,
+        "metric": metric,
+        "beam": beam if metric == "bleu" else None,
+        "n_heads": model.cfg.n_heads,
+        "layers": {k: n_layers(model, k) for k in KINDS},
+        "seconds": round(seconds, 1),
+        "baseline": analysis.baseline,
+        "bleu_signature": judge.signature,
+        "notes": NOTES,
+        "heads": records,
+        "pruning": {
+            grp: {
+                "heads": len(analysis.orders[grp]),
+                "points": analysis.curves[grp],
+                **({"prunable": prunable(analysis.curves[grp], analysis.baseline["bleu"])} if metric == "bleu" else {}),
+            }
+            for grp in GROUPS
+        },
     }
     out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
     paths = [out_dir / f"heads-{split}{suffix}" for suffix in (".json", "-importance.png", "-pruning.png")]
@@ -635,30 +751,51 @@ def _plot_heads(report: dict, raw, normalised, importance_path: Path, pruning_pa
         rows.append(("ΔBLEU, head masked", {k: _matrix(records, k, "delta_bleu", shape[k]) for k in KINDS}))
     rows.append(("|∂L/∂gate|", {k: raw[k].numpy() for k in KINDS}))
     rows.append(("|∂L/∂gate| ÷ layer norm", {k: normalised[k].numpy() for k in KINDS}))
-    title = (f"head importance — {report['run_dir']} ({report['split']}, {report['sentences']} sentences, "
-             f"update {report['update']})")
+    title = (
+        f"head importance — {report['run_dir']} ({report['split']}, {report['sentences']} sentences, "
+        f"update {report['update']})"
+    )
     head_heatmaps(rows, importance_path, title, diverging=tuple(r[0].startswith("Δ") for r in rows))
     metric = report["metric"]
     curves = {g: [(p["fraction"], p[metric]) for p in c["points"]] for g, c in report["pruning"].items()}
     sizes = {g: c["heads"] for g, c in report["pruning"].items()}
-    pruning_plot(curves, sizes, metric, report["baseline"][metric], pruning_path,
-                 f"pruning heads by gradient importance — {report['split']}, {report['sentences']} sentences")
+    pruning_plot(
+        curves,
+        sizes,
+        metric,
+        report["baseline"][metric],
+        pruning_path,
+        f"pruning heads by gradient importance — {report['split']}, {report['sentences']} sentences",
+    )
 
 
 def _print_heads(report: dict, console: Console) -> None:
     bleu = report["metric"] == "bleu"
     base = report["baseline"]
-    table = Table(title=f"head importance (baseline loss {base['loss']:.3f}"
-                        + (f", BLEU {base['bleu']:.2f}" if bleu else "") + ")", show_edge=False)
+    table = Table(
+        title=f"head importance (baseline loss {base['loss']:.3f}"
+        + (f", BLEU {base['bleu']:.2f}" if bleu else "")
+        + ")",
+        show_edge=False,
+    )
     columns = ["kind", "layer", "head", "Δloss"] + (["ΔBLEU"] if bleu else []) + ["|∂L/∂g|", "normalised", "rank"]
     for name in columns:
         table.add_column(name, justify="left" if name == "kind" else "right", no_wrap=True)
     for r in report["heads"]:
-        table.add_row(r["kind"], str(r["layer"]), str(r["head"]), f"{r['delta_loss']:+.4f}",
-                      *([f"{r['delta_bleu']:+.2f}"] if bleu else []), f"{r['gradient']:.2e}",
-                      f"{r['gradient_normalised']:.3f}", str(r["prune_rank"]))
-    table.caption = ("Δ: change when the head alone is masked; |∂L/∂g|: gradient importance (Michel et al. 2019), "
-                     "raw and normalised per layer; rank: order of removal in the all-kinds pruning curve")
+        table.add_row(
+            r["kind"],
+            str(r["layer"]),
+            str(r["head"]),
+            f"{r['delta_loss']:+.4f}",
+            *([f"{r['delta_bleu']:+.2f}"] if bleu else []),
+            f"{r['gradient']:.2e}",
+            f"{r['gradient_normalised']:.3f}",
+            str(r["prune_rank"]),
+        )
+    table.caption = (
+        "Δ: change when the head alone is masked; |∂L/∂g|: gradient importance (Michel et al. 2019), "
+        "raw and normalised per layer; rank: order of removal in the all-kinds pruning curve"
+    )
     console.print(table)
     metric = report["metric"]
     curve = Table(title=f"pruning curve: {'BLEU' if bleu else 'loss'} with the least important heads removed")
@@ -672,7 +809,7 @@ def _print_heads(report: dict, console: Console) -> None:
             cells.append("–" if point is None else f"{point[metric]:.2f}" if bleu else f"{point[metric]:.3f}")
         curve.add_row(f"{fraction:.0%}", *cells)
     if bleu:
-        curve.caption = (f"heads removable losing less than {BLEU_TOLERANCE:g} BLEU: "
-                         + ", ".join(f"{g} {c['prunable']}/{c['heads']}" for g, c in report["pruning"].items()))
+        curve.caption = f"heads removable losing less than {BLEU_TOLERANCE:g} BLEU: " + ", ".join(
+            f"{g} {c['prunable']}/{c['heads']}" for g, c in report["pruning"].items()
+        )
     console.print(curve)
-

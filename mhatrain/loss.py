@@ -25,8 +25,9 @@ BLOCK_BYTES = {"cpu": 4 << 20}  # fp32 scratch per block, per device type
 DEFAULT_BLOCK_BYTES = 512 << 20  # devices not listed (CUDA): a memory budget, not a cache size
 
 
-def smoothed_cross_entropy(logits: torch.Tensor, gold: torch.Tensor,
-                           smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def smoothed_cross_entropy(
+    logits: torch.Tensor, gold: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V], gold [N] → per-row smoothed loss [N] (differentiable) and NLL [N] (not), fp32."""
     return _SmoothedCrossEntropy.apply(logits, gold, smoothing)
 

@@ -112,7 +112,7 @@ class LayerCache:
     cross_attn: KVCache
 
     @classmethod
-    def empty(cls, beam: int = 1) -> "LayerCache":
+    def empty(cls, beam: int = 1) -> LayerCache:
         return cls(KVCache(), KVCache(static=True, group=beam))
 
 
@@ -127,16 +127,20 @@ class DecoderLayer(nn.Module):
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None,
-                need_weights=False, gates=(None, None)):
+    def forward(
+        self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False, gates=(None, None)
+    ):
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
         h = self.res_self.enter(y)
-        out, self_probs = self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0])
+        out, self_probs = self.self_attn(
+            h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0]
+        )
         y = self.res_self(y, out)
         h = self.res_cross.enter(y)
-        out, cross_probs = self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights,
-                                           head_gate=gates[1])
+        out, cross_probs = self.cross_attn(
+            h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1]
+        )
         y = self.res_cross(y, out)
         y = self.res_ffn(y, self.ffn(self.res_ffn.enter(y)))
         return y, self_probs, cross_probs
@@ -212,7 +216,7 @@ class Transformer(nn.Module):
             if p.dim() > 1 and "norm" not in name:
                 nn.init.xavier_uniform_(p)
         # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
-        nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+        nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[PAD].zero_()
 
@@ -222,8 +226,9 @@ class Transformer(nn.Module):
         x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + T]
         return self.embed_dropout(x)
 
-    def encode(self, src: torch.Tensor, attention: Attention | None = None,
-               gates: HeadGates | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, src: torch.Tensor, attention: Attention | None = None, gates: HeadGates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
         src_mask = padding_mask(src)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
@@ -235,9 +240,15 @@ class Transformer(nn.Module):
                 attention.enc_self.append(probs)
         return self.enc_norm(x), src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               cache: DecoderCache | None = None, attention: Attention | None = None,
-               gates: HeadGates | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: DecoderCache | None = None,
+        attention: Attention | None = None,
+        gates: HeadGates | None = None,
+    ) -> torch.Tensor:
         """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
 
         With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
@@ -253,8 +264,13 @@ class Transformer(nn.Module):
                 gates.cross[i] if gates is not None and gates.cross is not None else None,
             )
             y, self_probs, cross_probs = layer(
-                y, memory, tgt_mask, cross_mask, cache.layers[i] if cache is not None else None,
-                need_weights=attention is not None, gates=layer_gates,
+                y,
+                memory,
+                tgt_mask,
+                cross_mask,
+                cache.layers[i] if cache is not None else None,
+                need_weights=attention is not None,
+                gates=layer_gates,
             )
             if attention is not None:
                 attention.dec_self.append(self_probs)

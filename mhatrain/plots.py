@@ -40,8 +40,16 @@ def _ticks(axis_setter, labels_setter, labels: list[str], step: int, size: float
     labels_setter([labels[p] for p in positions], fontsize=size, rotation=rotation)
 
 
-def attention_grid(maps: np.ndarray, layer_numbers: list[int], query_labels: list[str], key_labels: list[str],
-                   title: str, path: Path, query_name: str = "query", key_name: str = "key") -> None:
+def attention_grid(
+    maps: np.ndarray,
+    layer_numbers: list[int],
+    query_labels: list[str],
+    key_labels: list[str],
+    title: str,
+    path: Path,
+    query_name: str = "query",
+    key_name: str = "key",
+) -> None:
     """One heatmap per head in a layers × heads grid; maps: [L, H, Tq, Tk] probabilities.
 
     Every cell uses the same 0..1 colour scale so heads can be compared. Token labels sit on the
@@ -67,15 +75,22 @@ def attention_grid(maps: np.ndarray, layer_numbers: list[int], query_labels: lis
 
     fig = Figure(figsize=(width, height))
     axes = fig.subplots(L, H, squeeze=False)
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=gap / cell, hspace=gap / cell)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=gap / cell,
+        hspace=gap / cell,
+    )
     title_font = float(np.clip(cell * 6, 6, 11))
     image = None
     for row in range(L):
         for col in range(H):
             ax = axes[row, col]
-            image = ax.imshow(maps[row, col], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto",
-                              interpolation="nearest")
+            image = ax.imshow(
+                maps[row, col], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest"
+            )
             ax.tick_params(length=0, pad=1)
             if col == 0:
                 _ticks(ax.set_yticks, ax.set_yticklabels, query_labels, q_step, q_font)
@@ -94,8 +109,9 @@ def attention_grid(maps: np.ndarray, layer_numbers: list[int], query_labels: lis
     _save(fig, path, width, height)
 
 
-def head_heatmaps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str,
-                  diverging: tuple[bool, ...] | None = None) -> None:
+def head_heatmaps(
+    rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str, diverging: tuple[bool, ...] | None = None
+) -> None:
     """A grid of [L, H] heatmaps: one row per measure, one column per attention kind.
 
     rows: (measure name, {kind: [L, H] values}); kinds may have different layer counts.
@@ -137,8 +153,15 @@ def head_heatmaps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, tit
             if L * Hk <= 96:
                 for (i, j), value in np.ndenumerate(data):
                     if np.isfinite(value):
-                        ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=6,
-                                color=_text_colour(image.cmap(image.norm(value))))
+                        ax.text(
+                            j,
+                            i,
+                            f"{value:.2g}",
+                            ha="center",
+                            va="center",
+                            fontsize=6,
+                            color=_text_colour(image.cmap(image.norm(value))),
+                        )
             fig.colorbar(image, cax=cax).ax.tick_params(labelsize=6)
     fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
     _save(fig, path, width, height)
@@ -150,8 +173,14 @@ def _text_colour(rgba) -> str:
     return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
-def pruning_plot(curves: dict[str, list[tuple[float, float]]], sizes: dict[str, int], metric: str,
-                 baseline: float, path: Path, title: str) -> None:
+def pruning_plot(
+    curves: dict[str, list[tuple[float, float]]],
+    sizes: dict[str, int],
+    metric: str,
+    baseline: float,
+    path: Path,
+    title: str,
+) -> None:
     """The metric against the share of heads removed: one line per group of heads.
 
     curves: group → [(fraction pruned, metric value)]; sizes: group → number of heads in it.
@@ -191,14 +220,18 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
             stds = [float(np.std(ours[h], ddof=1)) if len(ours[h]) > 1 else 0.0 for h in hs]
             for h in hs:  # every seed, faint, behind the mean
                 ax.scatter([h] * len(ours[h]), ours[h], s=12, color="tab:blue", alpha=0.35, linewidths=0)
-            handles.append(ax.errorbar(hs, means, yerr=stds, marker="o", capsize=4, color="tab:blue",
-                                       label="ours: mean ± std over seeds"))
+            handles.append(
+                ax.errorbar(
+                    hs, means, yerr=stds, marker="o", capsize=4, color="tab:blue", label="ours: mean ± std over seeds"
+                )
+            )
         ax.set_ylabel(panel["label"], color="tab:blue")
         if paper:
             twin = ax.twinx()
             ps = sorted(paper)
-            handles += twin.plot(ps, [paper[h] for h in ps], marker="s", linestyle="--", color="tab:orange",
-                                 label="paper, Table 3 (A)")
+            handles += twin.plot(
+                ps, [paper[h] for h in ps], marker="s", linestyle="--", color="tab:orange", label="paper, Table 3 (A)"
+            )
             twin.set_ylabel(panel.get("paper_label", "paper"), color="tab:orange")
         ax.set_xscale("log", base=2)
         if heads:
@@ -208,16 +241,20 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
         ax.grid(alpha=0.3)
         if handles:  # below the axes: the two y axes share the area inside
-            ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
-                      frameon=False)
+            ax.legend(
+                handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False
+            )
         if not ours:
             ax.text(0.5, 0.5, "no finished runs yet", transform=ax.transAxes, ha="center", va="center", color="grey")
     fig.suptitle(title, fontsize=10)
     _save(fig, path, width, height)
 
 
-CURVE_PANELS = (("valid_bleu", "validation BLEU (greedy)", "linear"), ("valid_ppl", "validation perplexity", "log"),
-                ("train_loss", "training loss (label-smoothed; logged updates)", "linear"))
+CURVE_PANELS = (
+    ("valid_bleu", "validation BLEU (greedy)", "linear"),
+    ("valid_ppl", "validation perplexity", "log"),
+    ("train_loss", "training loss (label-smoothed; logged updates)", "linear"),
+)
 CURVE_ZOOM = 4.0  # perplexity and loss axes end at this multiple of their lowest value: the plateau stays readable
 
 
@@ -250,13 +287,18 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
                 ax.plot(steps, values, color=cmap[i], label=curve.name)
                 best = curve.best()
                 if best is not None and key != "train_loss":
-                    ax.scatter([best[0]], [best[1] if key == "valid_bleu" else best[2]], marker="x", color=cmap[i], s=30)
+                    ax.scatter(
+                        [best[0]], [best[1] if key == "valid_bleu" else best[2]], marker="x", color=cmap[i], s=30
+                    )
         ax.set_yscale(scale)
         if key != "valid_bleu":
             low = min((v for line in ax.get_lines() for v in line.get_ydata() if v is not None), default=None)
             if low is not None and low > 0:
-                ax.set_ylim(top=min(ax.get_ylim()[1], CURVE_ZOOM * low) if key == "valid_ppl"
-                            else min(ax.get_ylim()[1], 2.0 * low))
+                ax.set_ylim(
+                    top=min(ax.get_ylim()[1], CURVE_ZOOM * low)
+                    if key == "valid_ppl"
+                    else min(ax.get_ylim()[1], 2.0 * low)
+                )
         ax.set_xlabel("update")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

@@ -11,10 +11,16 @@ class TrainDisplay:
     def __init__(self, console: Console | None, total: int, start: int):
         self.console = console or Console()
         self.progress = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[tps]} tok/s"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=self.console, transient=True, disable=not self.console.is_terminal,
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
         )
         self.task = self.progress.add_task("train", total=total, completed=start, loss="-", lr="-", tps="-")
         self._tokens, self._seconds = 0, 0.0
@@ -32,11 +38,15 @@ class TrainDisplay:
     def log(self, record: dict) -> None:
         if record["kind"] == "train":
             self.progress.update(self.task, tps=f"{record['tokens_per_s']:.0f}")
-            line = (f"update {record['step']:>6}  epoch {record['epoch']:>3}  loss {record['loss']:.3f}  "
-                    f"lr {record['lr']:.2e}  |g| {record['grad_norm']:.2f}  padding {record['padding']:.0%}  "
-                    f"{record['tokens_per_s']:.0f} tok/s")
+            line = (
+                f"update {record['step']:>6}  epoch {record['epoch']:>3}  loss {record['loss']:.3f}  "
+                f"lr {record['lr']:.2e}  |g| {record['grad_norm']:.2f}  padding {record['padding']:.0%}  "
+                f"{record['tokens_per_s']:.0f} tok/s"
+            )
         else:
             bleu = f"  BLEU {record['valid_bleu']:.2f}" if "valid_bleu" in record else ""
-            line = (f"[bold]valid[/] update {record['step']:>6}  loss {record['valid_loss']:.3f}  "
-                    f"ppl {record['valid_ppl']:.2f}{bleu}  ({record['valid_seconds']:.0f}s){'  *best*' if record['best'] else ''}")
+            line = (
+                f"[bold]valid[/] update {record['step']:>6}  loss {record['valid_loss']:.3f}  "
+                f"ppl {record['valid_ppl']:.2f}{bleu}  ({record['valid_seconds']:.0f}s){'  *best*' if record['best'] else ''}"
+            )
         self.console.print(line, highlight=False)

@@ -76,10 +76,17 @@ def environment(device=None) -> dict:
     # the accelerator's model; "cpu" for the CPU, whose model is recorded apart
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") and cuda else device
     return {
-        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "platform": platform.platform(), "host": platform.node(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(), "device": device, "device_name": name,
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "device": device,
+        "device_name": name,
     }
 
 
@@ -131,7 +138,10 @@ def split_record(cfg, split: str) -> dict:
 
 def files_record(*paths: Path) -> dict:
     """The sha256 of text files read as they are (a hypothesis or reference file, a sacreBLEU test set)."""
-    return {"source": "+".join(str(p) for p in paths), "sha256": {str(Path(p).resolve()): sha256_file(p) for p in paths}}
+    return {
+        "source": "+".join(str(p) for p in paths),
+        "sha256": {str(Path(p).resolve()): sha256_file(p) for p in paths},
+    }
 
 
 # ----------------------------------------------------------------------------- sessions
@@ -140,8 +150,11 @@ def files_record(*paths: Path) -> dict:
 def session(device=None, data: dict | None = None, tokenizer: Path | None = None, **extra) -> dict:
     """The provenance of one command: see the module docstring. `data` maps a role to a corpus_record."""
     record = {
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
-        "code": code_version(), "environment": environment(device), **extra,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(),
+        "code": code_version(),
+        "environment": environment(device),
+        **extra,
     }
     if data is not None:
         record["data"] = data
@@ -176,10 +189,18 @@ def facts(entry: dict) -> dict[str, str]:
     code, env = entry.get("code") or {}, entry.get("environment") or {}
     found = {}
     if code:
-        found["code"] = f"{(code.get('commit') or '')[:12] or 'mhatrain ' + str(code.get('version'))}" \
-                        f"{' (dirty)' if code.get('dirty') else ''}"
-    for label, key in (("Python", "python"), ("torch", "torch"), ("CUDA", "cuda"), ("cuDNN", "cudnn"),
-                       ("CPU", "cpu"), ("device", "device_name")):
+        found["code"] = (
+            f"{(code.get('commit') or '')[:12] or 'mhatrain ' + str(code.get('version'))}"
+            f"{' (dirty)' if code.get('dirty') else ''}"
+        )
+    for label, key in (
+        ("Python", "python"),
+        ("torch", "torch"),
+        ("CUDA", "cuda"),
+        ("cuDNN", "cudnn"),
+        ("CPU", "cpu"),
+        ("device", "device_name"),
+    ):
         if key in env:
             found[label] = str(env[key])
     for role, record in (entry.get("data") or {}).items():
@@ -202,8 +223,11 @@ def compare(sessions: dict[str, list[dict]]) -> dict:
                 points = values.setdefault(label, {}).setdefault(value, [])
                 if name not in points:
                     points.append(name)
-    return {"values": values, "differs": [label for label, seen in values.items() if len(seen) > 1],
-            "unrecorded": [name for name, entries in sessions.items() if not entries]}
+    return {
+        "values": values,
+        "differs": [label for label, seen in values.items() if len(seen) > 1],
+        "unrecorded": [name for name, entries in sessions.items() if not entries],
+    }
 
 
 def summary_line(compared: dict) -> str:

@@ -36,8 +36,10 @@ from .significance import BOOTSTRAP_SAMPLES, seed_interval
 
 BASELINE_HEADS = 8
 
-PAPER_SOURCE = ("Vaswani et al. 2017, \"Attention Is All You Need\", Table 3 rows (A): WMT14 English→German, "
-                "newstest2013 (dev), base model (N=6, d_model=512), beam 4, α=0.6; PPL per word-piece")
+PAPER_SOURCE = (
+    'Vaswani et al. 2017, "Attention Is All You Need", Table 3 rows (A): WMT14 English→German, '
+    "newstest2013 (dev), base model (N=6, d_model=512), beam 4, α=0.6; PPL per word-piece"
+)
 PAPER_TABLE_3A = {  # h: d_k = d_v, dev perplexity, dev BLEU
     1: {"d_k": 512, "ppl": 5.29, "bleu": 24.9},
     4: {"d_k": 128, "ppl": 5.00, "bleu": 25.5},
@@ -45,8 +47,11 @@ PAPER_TABLE_3A = {  # h: d_k = d_v, dev perplexity, dev BLEU
     16: {"d_k": 32, "ppl": 4.91, "bleu": 25.8},
     32: {"d_k": 16, "ppl": 5.01, "bleu": 25.4},
 }
-ARTICLE_CLAIM = {"text": "8 heads beat 1 head by 2.3 BLEU", "h8_minus_h1_bleu": 2.3,
-                 "source": "the explainer article the project starts from (a claim to check, not to trust)"}
+ARTICLE_CLAIM = {
+    "text": "8 heads beat 1 head by 2.3 BLEU",
+    "h8_minus_h1_bleu": 2.3,
+    "source": "the explainer article the project starts from (a claim to check, not to trust)",
+}
 
 METRICS = ("valid_ppl", "valid_bleu", "test_bleu", "test_chrf", "train_seconds", "tokens_per_s")
 
@@ -138,15 +143,22 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     points = {Point(h, s) for h in recorded.get("heads", []) for s in recorded.get("seeds", [])}
     points |= {p for p in map(parse_point_name, (d.name for d in study_dir.iterdir() if d.is_dir())) if p}
     if not points:
-        raise MhatrainError(f"{study_dir} holds no study: no {STUDY_FILE} and no h<H>-seed<S> run directories "
-                            f"(make one with `mhatrain ablate CONFIG --out {study_dir}`)")
+        raise MhatrainError(
+            f"{study_dir} holds no study: no {STUDY_FILE} and no h<H>-seed<S> run directories "
+            f"(make one with `mhatrain ablate CONFIG --out {study_dir}`)"
+        )
     seeds_order = list(dict.fromkeys([*recorded.get("seeds", []), *sorted({p.seed for p in points})]))
     ordered = sorted(points, key=lambda p: (p.heads, seeds_order.index(p.seed)))
     runs = [read_run(p, study_dir / p.name) for p in ordered]
     base = _read_yaml(study_dir / BASE_CONFIG) or {}
-    grid = {"heads": sorted({p.heads for p in points}), "seeds": seeds_order,
-            "d_model": (base.get("model") or {}).get("d_model"), "config": portable_text(recorded["config"], Path.cwd()) if recorded.get("config") else None,
-            "overrides": recorded.get("overrides", []), "code": recorded.get("code") or []}
+    grid = {
+        "heads": sorted({p.heads for p in points}),
+        "seeds": seeds_order,
+        "d_model": (base.get("model") or {}).get("d_model"),
+        "config": portable_text(recorded["config"], Path.cwd()) if recorded.get("config") else None,
+        "overrides": recorded.get("overrides", []),
+        "code": recorded.get("code") or [],
+    }
     if grid["d_model"] is None:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
@@ -185,16 +197,16 @@ def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] 
 
 SIGNIFICANCE_METHOD = {
     "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
-                "covers test-sentence noise only; Holm–Bonferroni over the h of each seed",
+    "covers test-sentence noise only; Holm–Bonferroni over the h of each seed",
     "seed_averaged": "paired bootstrap over test sentences of the seed-averaged BLEU difference (the same resampled "
-                     "test sets for every seed), two-sided and centred; covers the test-sentence noise of the "
-                     "average, not the variance between seeds",
+    "test sets for every seed), two-sided and centred; covers the test-sentence noise of the "
+    "average, not the variance between seeds",
     "seed_t_test": "paired t-test over the per-seed differences (seed s of h against seed s of h=8), two-sided, "
-                   "df = seeds − 1; covers the variance between seeds, not test-sentence noise",
+    "df = seeds − 1; covers the variance between seeds, not test-sentence noise",
     "correction": "Holm–Bonferroni over the comparisons against h=8 (raw and adjusted p reported)",
     "verdict": "'better' or 'worse' only where the Holm-adjusted p of the seed-averaged bootstrap is < 0.05 and "
-               "the mean difference exceeds the seed spread (the larger standard deviation over seeds of the two "
-               "h); otherwise 'no detectable difference' (always so with one seed: its spread is unknown)",
+    "the mean difference exceeds the seed spread (the larger standard deviation over seeds of the two "
+    "h); otherwise 'no detectable difference' (always so with one seed: its spread is unknown)",
 }
 
 
@@ -203,8 +215,13 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
     paired t-test of the per-seed differences), Holm-adjusted; and the wording the numbers allow."""
     from . import significance as S
 
-    result = {"method": SIGNIFICANCE_METHOD, "samples": n_samples, "bootstrap_seed": S.BOOTSTRAP_SEED,
-              "per_seed": [], "seed_level": []}
+    result = {
+        "method": SIGNIFICANCE_METHOD,
+        "samples": n_samples,
+        "bootstrap_seed": S.BOOTSTRAP_SEED,
+        "per_seed": [],
+        "seed_level": [],
+    }
     done = {(r.heads, r.seed): r for r in runs if r.status == "done" and r.test_hypotheses}
     if not any(h == BASELINE_HEADS for h, _ in done) or all(h == BASELINE_HEADS for h, _ in done):
         return result, []
@@ -215,8 +232,10 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
     for key, run in done.items():
         hyps = _lines(study_dir / run.test_hypotheses)
         if len(hyps) != len(references):
-            notes.append(f"{run.name}: {len(hyps)} test hypotheses for {len(references)} references: left out of "
-                         f"the significance tests")
+            notes.append(
+                f"{run.name}: {len(hyps)} test hypotheses for {len(references)} references: left out of "
+                f"the significance tests"
+            )
             continue
         stats[key] = S.sentence_statistics(hyps, references)
     indices = S.resample_indices(len(references), n_samples)
@@ -228,11 +247,19 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
         for h in others:
             if (h, seed) in stats:
                 test = S.paired_bootstrap([stats[h, seed]], [stats[BASELINE_HEADS, seed]], indices)
-                tests.append({"heads": h, "seed": seed, "run": done[h, seed].name,
-                              "baseline": done[BASELINE_HEADS, seed].name,
-                              "bleu": done[h, seed].test_bleu, "baseline_bleu": done[BASELINE_HEADS, seed].test_bleu,
-                              "difference": round(test.difference, 2), "difference_ci95": list(test.interval),
-                              "p_value": round(test.p_value, 4)})
+                tests.append(
+                    {
+                        "heads": h,
+                        "seed": seed,
+                        "run": done[h, seed].name,
+                        "baseline": done[BASELINE_HEADS, seed].name,
+                        "bleu": done[h, seed].test_bleu,
+                        "baseline_bleu": done[BASELINE_HEADS, seed].test_bleu,
+                        "difference": round(test.difference, 2),
+                        "difference_ci95": list(test.interval),
+                        "p_value": round(test.p_value, 4),
+                    }
+                )
         for test, adjusted in zip(tests, S.holm([t["p_value"] for t in tests])):
             test["p_holm"] = round(adjusted, 4)
         result["per_seed"] += tests
@@ -244,10 +271,17 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
             continue
         boot = S.paired_bootstrap([stats[h, s] for s in seeds], [stats[BASELINE_HEADS, s] for s in seeds], indices)
         t_test = S.paired_t_test([done[h, s].test_bleu - done[BASELINE_HEADS, s].test_bleu for s in seeds])
-        levels.append({"heads": h, "seeds": seeds, "mean_difference": round(boot.difference, 2),
-                       "bootstrap_p": round(boot.p_value, 4), "bootstrap_ci95": list(boot.interval),
-                       "t_test_p": None if t_test.p_value is None else round(t_test.p_value, 4),
-                       "std_of_differences": t_test.std_difference})
+        levels.append(
+            {
+                "heads": h,
+                "seeds": seeds,
+                "mean_difference": round(boot.difference, 2),
+                "bootstrap_p": round(boot.p_value, 4),
+                "bootstrap_ci95": list(boot.interval),
+                "t_test_p": None if t_test.p_value is None else round(t_test.p_value, 4),
+                "std_of_differences": t_test.std_difference,
+            }
+        )
     for name in ("bootstrap_p", "t_test_p"):
         for level, adjusted in zip(levels, S.holm([level[name] for level in levels])):
             level[name.replace("_p", "_p_holm")] = None if adjusted is None else round(adjusted, 4)
@@ -259,6 +293,7 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
 
 def _verdict(level: dict, runs: list[RunRecord]) -> tuple[float | None, str]:
     """(seed spread, wording): see SIGNIFICANCE_METHOD["verdict"]."""
+
     def spread(h: int) -> float | None:
         values = [r.test_bleu for r in runs if r.heads == h and r.seed in level["seeds"] and r.test_bleu is not None]
         return statistics.stdev(values) if len(values) >= 2 else None
@@ -286,8 +321,10 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     tests, notes = significance(study_dir, runs, n_samples)
     baseline_done = [r for r in runs if r.heads == BASELINE_HEADS and r.status == "done"]
     if not baseline_done:
-        notes.append(f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
-                     f"need one" + ("" if BASELINE_HEADS in grid["heads"] else f" (add {BASELINE_HEADS} to --heads)"))
+        notes.append(
+            f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
+            f"need one" + ("" if BASELINE_HEADS in grid["heads"] else f" (add {BASELINE_HEADS} to --heads)")
+        )
     by_heads = [_heads_row(h, [r for r in runs if r.heads == h], tests, grid["d_model"]) for h in grid["heads"]]
     for row in by_heads:
         row["head_analysis"] = head_analysis(study_dir, [r for r in runs if r.heads == row["heads"]])
@@ -299,28 +336,40 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
     code = grid.get("code") or []
     if len(code) > 1:
-        notes.append(f"{len(code)} code versions ran this study (study.yaml): " + ", ".join(
-            f"{c.get('commit') or c.get('version')}{' (dirty)' if c.get('dirty') else ''}" for c in code))
+        notes.append(
+            f"{len(code)} code versions ran this study (study.yaml): "
+            + ", ".join(f"{c.get('commit') or c.get('version')}{' (dirty)' if c.get('dirty') else ''}" for c in code)
+        )
     signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
-    compared = provenance.compare({r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs
-                                   if r.status != "pending"})
+    compared = provenance.compare(
+        {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
+    )
     notes += provenance.difference_notes(compared)
     return {
-        "study_dir": study_dir.name, "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "grid": grid, "baseline_heads": BASELINE_HEADS,
-        "runs_done": sum(r.status == "done" for r in runs), "runs_total": len(runs),
-        "runs": [asdict(r) for r in runs], "by_heads": by_heads,
+        "study_dir": study_dir.name,
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "grid": grid,
+        "baseline_heads": BASELINE_HEADS,
+        "runs_done": sum(r.status == "done" for r in runs),
+        "runs_total": len(runs),
+        "runs": [asdict(r) for r in runs],
+        "by_heads": by_heads,
         "significance": tests,
         "claims": _claims(by_heads, tests),
         "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
-        "bleu_signatures": signatures, "notes": notes, "provenance": compared,
+        "bleu_signatures": signatures,
+        "notes": notes,
+        "provenance": compared,
     }
 
 
 def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
     """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
     evals = [read_json(run_dir / "eval" / f"{split}.beam{beam}.json") or {} for split in EVAL_SPLITS]
-    return [*provenance.read_sessions(run_dir), *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict))]
+    return [
+        *provenance.read_sessions(run_dir),
+        *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict)),
+    ]
 
 
 def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) -> dict:
@@ -329,11 +378,16 @@ def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) 
     paper = PAPER_TABLE_3A.get(h)
     test_bleu = [r.test_bleu for r in done if r.test_bleu is not None]
     row = {
-        "heads": h, "d_head": d_model // h if d_model else None,
+        "heads": h,
+        "d_head": d_model // h if d_model else None,
         "parameters": parameters[0] if len(parameters) == 1 else (parameters or None),
-        "runs_done": len(done), "runs": len(runs),
-        "pending": [f"{r.name} ({r.status}{f', update {r.updates}' if r.status == 'training' and r.updates else ''})"
-                    for r in runs if r.status != "done"],
+        "runs_done": len(done),
+        "runs": len(runs),
+        "pending": [
+            f"{r.name} ({r.status}{f', update {r.updates}' if r.status == 'training' and r.updates else ''})"
+            for r in runs
+            if r.status != "done"
+        ],
         **{metric: describe({r.seed: getattr(r, metric) for r in done}) for metric in METRICS},
         "test_bleu_seed_ci95": seed_interval(test_bleu),
         "per_seed_tests": [t for t in tests["per_seed"] if t["heads"] == h],
@@ -342,8 +396,11 @@ def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) 
     }
     if paper is not None:
         base = PAPER_TABLE_3A[BASELINE_HEADS]
-        row["paper"] = {**paper, "bleu_diff_to_h8": round(paper["bleu"] - base["bleu"], 2),
-                        "ppl_diff_to_h8": round(paper["ppl"] - base["ppl"], 2)}
+        row["paper"] = {
+            **paper,
+            "bleu_diff_to_h8": round(paper["bleu"] - base["bleu"], 2),
+            "ppl_diff_to_h8": round(paper["ppl"] - base["ppl"], 2),
+        }
     return row
 
 
@@ -364,8 +421,11 @@ def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
             prunable, total = prunable + pruning["prunable"], total + pruning["heads"]
     if not roles and not total:
         return None
-    return {"role_shares": study_role_shares(roles), "runs_with_roles": sorted(roles),
-            "prunable_share": round(prunable / total, 4) if total else None}
+    return {
+        "role_shares": study_role_shares(roles),
+        "runs_with_roles": sorted(roles),
+        "prunable_share": round(prunable / total, 4) if total else None,
+    }
 
 
 def _differences(row: dict, base_row: dict | None) -> dict | None:
@@ -383,13 +443,17 @@ def _claims(by_heads: list[dict], tests: dict) -> dict:
     ours = None
     if 1 in rows and rows[1]["diff_to_h8"] is not None:
         diff = rows[1]["diff_to_h8"]
-        ours = {"test_bleu": -diff["test_bleu"] if diff["test_bleu"] is not None else None,
-                "valid_bleu": -diff["valid_bleu"] if diff["valid_bleu"] is not None else None,
-                "seed_test": rows[1]["seed_test"]}
+        ours = {
+            "test_bleu": -diff["test_bleu"] if diff["test_bleu"] is not None else None,
+            "valid_bleu": -diff["valid_bleu"] if diff["valid_bleu"] is not None else None,
+            "seed_test": rows[1]["seed_test"],
+        }
     return {
         "article": ARTICLE_CLAIM,
-        "paper": {"h8_minus_h1_bleu": round(PAPER_TABLE_3A[8]["bleu"] - PAPER_TABLE_3A[1]["bleu"], 2),
-                  "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)"},
+        "paper": {
+            "h8_minus_h1_bleu": round(PAPER_TABLE_3A[8]["bleu"] - PAPER_TABLE_3A[1]["bleu"], 2),
+            "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)",
+        },
         "ours": ours,  # h=8 minus h=1, mean over seeds; None until both have a finished run
         "conclusion": conclusion(by_heads),
     }
@@ -406,16 +470,19 @@ def conclusion(by_heads: list[dict]) -> str:
     for verdict in ("better", "worse"):
         hs = [row for row in tested if row["seed_test"]["verdict"] == verdict]
         if hs:
-            parts.append(f"{_heads_list(hs)} "
-                         f"{'is' if len(hs) == 1 else 'are'} {verdict} than h={BASELINE_HEADS} "
-                         f"({_join(_effect(row) for row in hs)})")
+            parts.append(
+                f"{_heads_list(hs)} "
+                f"{'is' if len(hs) == 1 else 'are'} {verdict} than h={BASELINE_HEADS} "
+                f"({_join(_effect(row) for row in hs)})"
+            )
     same = [row for row in tested if row["seed_test"]["verdict"] == "no detectable difference"]
     if same:
-        parts.append(f"no detectable difference from h={BASELINE_HEADS} for "
-                     f"{_heads_list(same)}")
+        parts.append(f"no detectable difference from h={BASELINE_HEADS} for {_heads_list(same)}")
     text = "; ".join(parts)
-    return (f"Test BLEU against h={BASELINE_HEADS} ({seed_text}, Holm-adjusted two-sided p, difference beyond "
-            f"the seed spread): {text}.")
+    return (
+        f"Test BLEU against h={BASELINE_HEADS} ({seed_text}, Holm-adjusted two-sided p, difference beyond "
+        f"the seed spread): {text}."
+    )
 
 
 def _heads_list(rows: list[dict]) -> str:
@@ -465,31 +532,81 @@ def _row_cells(row: dict, short: bool = False) -> list[str]:
     if not row["runs_done"]:
         ours = ["pending"] * 5
     else:
-        ours = [_stat(row["valid_ppl"]), _stat(row["valid_bleu"]), _stat(row["test_bleu"]),
-                _interval(row["test_bleu_seed_ci95"]), _stat(row["test_chrf"])]
+        ours = [
+            _stat(row["valid_ppl"]),
+            _stat(row["valid_bleu"]),
+            _stat(row["test_bleu"]),
+            _interval(row["test_bleu_seed_ci95"]),
+            _stat(row["test_chrf"]),
+        ]
     diff = row["diff_to_h8"]
     is_base = row["heads"] == BASELINE_HEADS
     test = row["seed_test"] or {}
     cells = [
-        str(row["heads"]), _num(row["d_head"]), _num(row["parameters"]) if not isinstance(row["parameters"], list)
-        else "varies", runs, *ours,
+        str(row["heads"]),
+        _num(row["d_head"]),
+        _num(row["parameters"]) if not isinstance(row["parameters"], list) else "varies",
+        runs,
+        *ours,
         ("baseline" if is_base and diff is not None else _signed(diff["test_bleu"]) if diff else "—"),
-        _p(test.get("bootstrap_p")), _p(test.get("bootstrap_p_holm")), _p(test.get("t_test_p")),
-        _p(test.get("t_test_p_holm")), "—" if is_base else test.get("verdict", "—"),
-        _num(paper.get("ppl")), _num(paper.get("bleu"), 1),
+        _p(test.get("bootstrap_p")),
+        _p(test.get("bootstrap_p_holm")),
+        _p(test.get("t_test_p")),
+        _p(test.get("t_test_p_holm")),
+        "—" if is_base else test.get("verdict", "—"),
+        _num(paper.get("ppl")),
+        _num(paper.get("bleu"), 1),
         ("—" if not paper else "baseline" if is_base else _signed(paper["bleu_diff_to_h8"], 1)),
-        _num(row["train_seconds"]["mean"], 0), _num(row["tokens_per_s"]["mean"], 0),
+        _num(row["train_seconds"]["mean"], 0),
+        _num(row["tokens_per_s"]["mean"], 0),
     ]
     return cells
 
 
-SHORT_HEADERS = ["h", "d_k", "params", "runs", "val PPL", "val BLEU", "test BLEU", "95% (seeds)", "test chrF",
-                 "Δ BLEU", "p", "p Holm", "p t", "p t Holm", "verdict", "paper PPL", "paper BLEU", "paper Δ",
-                 "train s", "tok/s"]
-HEADERS = ["h", "d_k", "parameters", "runs", "valid PPL", "valid BLEU", "test BLEU", "95% interval over seeds",
-           "test chrF", "Δ test BLEU vs h=8", "p (bootstrap, seed average)", "p Holm", "p (t-test over seeds)",
-           "p Holm (t)", "verdict", "paper PPL (dev)", "paper BLEU (dev)", "paper Δ BLEU vs h=8", "train s",
-           "tokens/s"]
+SHORT_HEADERS = [
+    "h",
+    "d_k",
+    "params",
+    "runs",
+    "val PPL",
+    "val BLEU",
+    "test BLEU",
+    "95% (seeds)",
+    "test chrF",
+    "Δ BLEU",
+    "p",
+    "p Holm",
+    "p t",
+    "p t Holm",
+    "verdict",
+    "paper PPL",
+    "paper BLEU",
+    "paper Δ",
+    "train s",
+    "tok/s",
+]
+HEADERS = [
+    "h",
+    "d_k",
+    "parameters",
+    "runs",
+    "valid PPL",
+    "valid BLEU",
+    "test BLEU",
+    "95% interval over seeds",
+    "test chrF",
+    "Δ test BLEU vs h=8",
+    "p (bootstrap, seed average)",
+    "p Holm",
+    "p (t-test over seeds)",
+    "p Holm (t)",
+    "verdict",
+    "paper PPL (dev)",
+    "paper BLEU (dev)",
+    "paper Δ BLEU vs h=8",
+    "train s",
+    "tokens/s",
+]
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -508,86 +625,232 @@ def _code_line(grid: dict) -> str:
     code = grid.get("code") or []
     if not code:
         return "Code: not recorded (a study made before mhatrain recorded its commit)."
-    names = [f"`{c.get('commit') or 'unknown commit'}`{' (with uncommitted changes)' if c.get('dirty') else ''} "
-             f"(mhatrain {c.get('version')})" for c in code]
-    return ("Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: ") \
-        + ", ".join(names) + "."
+    names = [
+        f"`{c.get('commit') or 'unknown commit'}`{' (with uncommitted changes)' if c.get('dirty') else ''} "
+        f"(mhatrain {c.get('version')})"
+        for c in code
+    ]
+    return (
+        ("Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: ")
+        + ", ".join(names)
+        + "."
+    )
 
 
 def to_markdown(report: dict) -> str:
     grid = report["grid"]
     constant = {row["parameters"] for row in report["by_heads"] if isinstance(row["parameters"], int)}
-    out = [f"# Head-count study: {report['study_dir']}", "",
-           f"The paper's Table 3, rows (A), on our data. {_status_line(report)}.", ""]
+    out = [
+        f"# Head-count study: {report['study_dir']}",
+        "",
+        f"The paper's Table 3, rows (A), on our data. {_status_line(report)}.",
+        "",
+    ]
     if grid.get("config"):
         extra = " ".join(f"--set {o}" for o in grid.get("overrides") or [])
-        out.append(f"Config: `{grid['config']}`{' ' + extra if extra else ''}; d_model = {grid['d_model']}; "
-                   f"d_k = d_v = d_model / h, so parameters stay constant"
-                   + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else "."))
+        out.append(
+            f"Config: `{grid['config']}`{' ' + extra if extra else ''}; d_model = {grid['d_model']}; "
+            f"d_k = d_v = d_model / h, so parameters stay constant"
+            + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else ".")
+        )
         out.append("")
-    out += [_code_line(grid), "", provenance.summary_line(report["provenance"]).replace("provenance:", "Provenance:", 1), ""]
+    out += [
+        _code_line(grid),
+        "",
+        provenance.summary_line(report["provenance"]).replace("provenance:", "Provenance:", 1),
+        "",
+    ]
     out += ["## Conclusion", "", report["claims"]["conclusion"], ""]
-    out += ["## By number of heads (mean ± std over seeds)", "",
-            _md_table(HEADERS, [_row_cells(row) for row in report["by_heads"]]), "",
-            "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
-            "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
-            "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
-            "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
-            "numbers are on another data set and model size: compare the shape of the curve and the differences "
-            "to h=8, not the levels.", ""]
-    out += ["## Each run", "", _md_table(
-        ["run", "h", "seed", "status", "parameters", "evaluated update", "trained updates", "valid PPL",
-         "valid BLEU", "test BLEU", "test chrF", "train s", "tokens/s"],
-        [[r["name"], str(r["heads"]), str(r["seed"]), r["status"], _num(r["parameters"]), _num(r["updates"]),
-          _num(r.get("trained_updates")), _num(r["valid_ppl"], 3), _num(r["valid_bleu"]), _num(r["test_bleu"]),
-          _num(r["test_chrf"]), _num(r["train_seconds"], 1), _num(r["tokens_per_s"], 0)] for r in report["runs"]]),
-            ""]
+    out += [
+        "## By number of heads (mean ± std over seeds)",
+        "",
+        _md_table(HEADERS, [_row_cells(row) for row in report["by_heads"]]),
+        "",
+        "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
+        "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
+        "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
+        "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
+        "numbers are on another data set and model size: compare the shape of the curve and the differences "
+        "to h=8, not the levels.",
+        "",
+    ]
+    out += [
+        "## Each run",
+        "",
+        _md_table(
+            [
+                "run",
+                "h",
+                "seed",
+                "status",
+                "parameters",
+                "evaluated update",
+                "trained updates",
+                "valid PPL",
+                "valid BLEU",
+                "test BLEU",
+                "test chrF",
+                "train s",
+                "tokens/s",
+            ],
+            [
+                [
+                    r["name"],
+                    str(r["heads"]),
+                    str(r["seed"]),
+                    r["status"],
+                    _num(r["parameters"]),
+                    _num(r["updates"]),
+                    _num(r.get("trained_updates")),
+                    _num(r["valid_ppl"], 3),
+                    _num(r["valid_bleu"]),
+                    _num(r["test_bleu"]),
+                    _num(r["test_chrf"]),
+                    _num(r["train_seconds"], 1),
+                    _num(r["tokens_per_s"], 0),
+                ]
+                for r in report["runs"]
+            ],
+        ),
+        "",
+    ]
     sig = report["significance"]
     out += [f"## Significance against h={BASELINE_HEADS} (test set)", ""]
     if sig["seed_level"]:
-        out += ["Over seeds:", "", _md_table(
-            ["h", "seeds", "Δ BLEU (seed mean)", "95% bootstrap interval of Δ", "p bootstrap", "p Holm",
-             "sd of per-seed Δ", "p t-test", "p Holm (t)", "seed spread", "verdict"],
-            [[str(t["heads"]), ",".join(map(str, t["seeds"])), _signed(t["mean_difference"]),
-              _interval(t["bootstrap_ci95"]), _p(t["bootstrap_p"]), _p(t["bootstrap_p_holm"]),
-              _num(t["std_of_differences"]), _p(t["t_test_p"]), _p(t["t_test_p_holm"]), _num(t["seed_spread"]),
-              t["verdict"]] for t in sig["seed_level"]]), ""]
-        out += ["Each seed against h=8 of the same seed:", "", _md_table(
-            ["h", "seed", "test BLEU", f"h={BASELINE_HEADS} BLEU", "Δ BLEU", "95% bootstrap interval of Δ", "p",
-             "p Holm (within the seed)"],
-            [[str(t["heads"]), str(t["seed"]), _num(t["bleu"]), _num(t["baseline_bleu"]), _signed(t["difference"]),
-              _interval(t["difference_ci95"]), _p(t["p_value"]), _p(t["p_holm"])] for t in sig["per_seed"]]), ""]
+        out += [
+            "Over seeds:",
+            "",
+            _md_table(
+                [
+                    "h",
+                    "seeds",
+                    "Δ BLEU (seed mean)",
+                    "95% bootstrap interval of Δ",
+                    "p bootstrap",
+                    "p Holm",
+                    "sd of per-seed Δ",
+                    "p t-test",
+                    "p Holm (t)",
+                    "seed spread",
+                    "verdict",
+                ],
+                [
+                    [
+                        str(t["heads"]),
+                        ",".join(map(str, t["seeds"])),
+                        _signed(t["mean_difference"]),
+                        _interval(t["bootstrap_ci95"]),
+                        _p(t["bootstrap_p"]),
+                        _p(t["bootstrap_p_holm"]),
+                        _num(t["std_of_differences"]),
+                        _p(t["t_test_p"]),
+                        _p(t["t_test_p_holm"]),
+                        _num(t["seed_spread"]),
+                        t["verdict"],
+                    ]
+                    for t in sig["seed_level"]
+                ],
+            ),
+            "",
+        ]
+        out += [
+            "Each seed against h=8 of the same seed:",
+            "",
+            _md_table(
+                [
+                    "h",
+                    "seed",
+                    "test BLEU",
+                    f"h={BASELINE_HEADS} BLEU",
+                    "Δ BLEU",
+                    "95% bootstrap interval of Δ",
+                    "p",
+                    "p Holm (within the seed)",
+                ],
+                [
+                    [
+                        str(t["heads"]),
+                        str(t["seed"]),
+                        _num(t["bleu"]),
+                        _num(t["baseline_bleu"]),
+                        _signed(t["difference"]),
+                        _interval(t["difference_ci95"]),
+                        _p(t["p_value"]),
+                        _p(t["p_holm"]),
+                    ]
+                    for t in sig["per_seed"]
+                ],
+            ),
+            "",
+        ]
         out += [f"Methods ({sig['samples']} resamples of the test sentences, numpy seed {sig['bootstrap_seed']}):", ""]
         out += [f"- {name.replace('_', ' ')}: {text}" for name, text in sig["method"].items()] + [""]
     else:
-        out += [f"No test yet: it needs a finished h={BASELINE_HEADS} run and a finished run of another h of the "
-                f"same seed.", ""]
+        out += [
+            f"No test yet: it needs a finished h={BASELINE_HEADS} run and a finished run of another h of the "
+            f"same seed.",
+            "",
+        ]
     analysed = [row for row in report["by_heads"] if row.get("head_analysis")]
     if analysed:
         from .head_roles import ROLE_THRESHOLDS, ROLES
 
-        out += ["## What the heads do (`mhatrain heads --roles` and `mhatrain heads` on the runs)", "", _md_table(
-            ["h", "runs with roles", *[f"{role} heads" for role in ROLES], "prunable within 1 BLEU"],
-            [[str(row["heads"]), str(len(row["head_analysis"]["runs_with_roles"])),
-              *[_share(row["head_analysis"]["role_shares"], role) for role in ROLES],
-              _pct(row["head_analysis"]["prunable_share"])] for row in analysed]), "",
-                f"Shares of all heads (every layer and attention kind) over the runs of each h. Classes and their "
-                f"thresholds: {ROLE_THRESHOLDS} (see mhatrain/head_roles.py).", ""]
+        out += [
+            "## What the heads do (`mhatrain heads --roles` and `mhatrain heads` on the runs)",
+            "",
+            _md_table(
+                ["h", "runs with roles", *[f"{role} heads" for role in ROLES], "prunable within 1 BLEU"],
+                [
+                    [
+                        str(row["heads"]),
+                        str(len(row["head_analysis"]["runs_with_roles"])),
+                        *[_share(row["head_analysis"]["role_shares"], role) for role in ROLES],
+                        _pct(row["head_analysis"]["prunable_share"]),
+                    ]
+                    for row in analysed
+                ],
+            ),
+            "",
+            f"Shares of all heads (every layer and attention kind) over the runs of each h. Classes and their "
+            f"thresholds: {ROLE_THRESHOLDS} (see mhatrain/head_roles.py).",
+            "",
+        ]
     claims = report["claims"]
     ours = claims["ours"]
     test = (ours or {}).get("seed_test") or {}
-    p_text = (f" (p = {test['bootstrap_p']:.3f}, Holm-adjusted {test['bootstrap_p_holm']:.3f}; {test['verdict']})"
-              if test else "")
-    out += ["## Beside the paper and the explainer article", "",
-            _md_table(["source", "what", "h=8 − h=1 BLEU"], [
-                ["explainer article", f"claim: \"{claims['article']['text']}\"",
-                 _signed(claims["article"]["h8_minus_h1_bleu"], 1)],
-                ["paper, Table 3 (A)", "newstest2013 dev BLEU, base model",
-                 _signed(claims["paper"]["h8_minus_h1_bleu"], 1)],
-                ["this study", "test BLEU, mean over seeds" + p_text,
-                 _signed(ours["test_bleu"]) if ours else "needs finished h=1 and h=8 runs"],
+    p_text = (
+        f" (p = {test['bootstrap_p']:.3f}, Holm-adjusted {test['bootstrap_p_holm']:.3f}; {test['verdict']})"
+        if test
+        else ""
+    )
+    out += [
+        "## Beside the paper and the explainer article",
+        "",
+        _md_table(
+            ["source", "what", "h=8 − h=1 BLEU"],
+            [
+                [
+                    "explainer article",
+                    f'claim: "{claims["article"]["text"]}"',
+                    _signed(claims["article"]["h8_minus_h1_bleu"], 1),
+                ],
+                [
+                    "paper, Table 3 (A)",
+                    "newstest2013 dev BLEU, base model",
+                    _signed(claims["paper"]["h8_minus_h1_bleu"], 1),
+                ],
+                [
+                    "this study",
+                    "test BLEU, mean over seeds" + p_text,
+                    _signed(ours["test_bleu"]) if ours else "needs finished h=1 and h=8 runs",
+                ],
                 ["this study", "validation BLEU, mean over seeds", _signed(ours["valid_bleu"]) if ours else "—"],
-            ]), "", f"Paper source: {PAPER_SOURCE}.", ""]
+            ],
+        ),
+        "",
+        f"Paper source: {PAPER_SOURCE}.",
+        "",
+    ]
     if report["bleu_signatures"]:
         out += ["BLEU signature: " + "; ".join(f"`{s}`" for s in report["bleu_signatures"]), ""]
     if report["notes"]:
@@ -614,19 +877,47 @@ def to_csv(report: dict) -> tuple[str, str]:
     writer = csv.writer(per_h, lineterminator="\n")
     stats = [(m, s) for m in METRICS for s in ("mean", "std")]
     seed_columns = ["bootstrap_p", "bootstrap_p_holm", "t_test_p", "t_test_p_holm", "seed_spread", "verdict"]
-    writer.writerow(["heads", "d_k", "parameters", "runs_done", "runs", *[f"{m}_{s}" for m, s in stats],
-                     "test_bleu_seed_ci95_low", "test_bleu_seed_ci95_high",
-                     "test_bleu_diff_to_h8", "valid_bleu_diff_to_h8", "valid_ppl_diff_to_h8", *seed_columns,
-                     "paper_ppl", "paper_bleu", "paper_bleu_diff_to_h8"])
+    writer.writerow(
+        [
+            "heads",
+            "d_k",
+            "parameters",
+            "runs_done",
+            "runs",
+            *[f"{m}_{s}" for m, s in stats],
+            "test_bleu_seed_ci95_low",
+            "test_bleu_seed_ci95_high",
+            "test_bleu_diff_to_h8",
+            "valid_bleu_diff_to_h8",
+            "valid_ppl_diff_to_h8",
+            *seed_columns,
+            "paper_ppl",
+            "paper_bleu",
+            "paper_bleu_diff_to_h8",
+        ]
+    )
     for row in report["by_heads"]:
         diff, paper, test = row["diff_to_h8"] or {}, row["paper"] or {}, row["seed_test"] or {}
         parameters = row["parameters"] if not isinstance(row["parameters"], list) else ""
         interval = row["test_bleu_seed_ci95"] or ["", ""]
-        writer.writerow([row["heads"], row["d_head"], parameters, row["runs_done"], row["runs"],
-                         *[_blank(row[m][s]) for m, s in stats], *interval,
-                         _blank(diff.get("test_bleu")), _blank(diff.get("valid_bleu")), _blank(diff.get("valid_ppl")),
-                         *[_blank(test.get(c)) for c in seed_columns],
-                         _blank(paper.get("ppl")), _blank(paper.get("bleu")), _blank(paper.get("bleu_diff_to_h8"))])
+        writer.writerow(
+            [
+                row["heads"],
+                row["d_head"],
+                parameters,
+                row["runs_done"],
+                row["runs"],
+                *[_blank(row[m][s]) for m, s in stats],
+                *interval,
+                _blank(diff.get("test_bleu")),
+                _blank(diff.get("valid_bleu")),
+                _blank(diff.get("valid_ppl")),
+                *[_blank(test.get(c)) for c in seed_columns],
+                _blank(paper.get("ppl")),
+                _blank(paper.get("bleu")),
+                _blank(paper.get("bleu_diff_to_h8")),
+            ]
+        )
     per_run = io.StringIO()
     writer = csv.writer(per_run, lineterminator="\n")
     columns = ["name", "heads", "seed", "status", "d_head", "parameters", "updates", "trained_updates", *METRICS]
@@ -634,8 +925,10 @@ def to_csv(report: dict) -> tuple[str, str]:
     for run in report["runs"]:
         test = per_seed.get(run["name"], {})
         ci = test.get("difference_ci95") or ["", ""]
-        writer.writerow([_blank(run.get(c)) for c in columns]
-                        + [_blank(test.get("p_value")), _blank(test.get("p_holm")), ci[0], ci[1]])
+        writer.writerow(
+            [_blank(run.get(c)) for c in columns]
+            + [_blank(test.get("p_value")), _blank(test.get("p_holm")), ci[0], ci[1]]
+        )
     return per_h.getvalue(), per_run.getvalue()
 
 
@@ -655,15 +948,24 @@ def show(report: dict, console: Console) -> None:
         wide = Console(file=io.StringIO(), width=250, color_system=None)
         wide.print(table)
         console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
-    console.print("Δ: difference of the mean to h=8; p: two-sided paired bootstrap of the seed-averaged test BLEU "
-                  "against h=8; p t: paired t-test over seeds; Holm: adjusted over the h compared; paper: Table 3 (A), "
-                  "newstest2013 dev (another data set and model size: compare shapes).", highlight=False)
+    console.print(
+        "Δ: difference of the mean to h=8; p: two-sided paired bootstrap of the seed-averaged test BLEU "
+        "against h=8; p t: paired t-test over seeds; Holm: adjusted over the h compared; paper: Table 3 (A), "
+        "newstest2013 dev (another data set and model size: compare shapes).",
+        highlight=False,
+    )
     claims = report["claims"]
     ours = claims["ours"]
-    ours_text = (f"ours {_signed(ours['test_bleu'])} test BLEU, {_signed(ours['valid_bleu'])} validation BLEU"
-                 if ours else "ours: needs finished h=1 and h=8 runs")
-    console.print(f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
-                  f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}", highlight=False)
+    ours_text = (
+        f"ours {_signed(ours['test_bleu'])} test BLEU, {_signed(ours['valid_bleu'])} validation BLEU"
+        if ours
+        else "ours: needs finished h=1 and h=8 runs"
+    )
+    console.print(
+        f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
+        f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}",
+        highlight=False,
+    )
     console.print(claims["conclusion"], highlight=False)
     console.print(provenance.summary_line(report["provenance"]), highlight=False)
     for note in report["notes"]:
@@ -683,13 +985,24 @@ def plot(report: dict, path: Path) -> None:
         return values
 
     panels = [
-        {"label": "test BLEU (ours)", "ours": ours("test_bleu"),
-         "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()}, "paper_label": "paper BLEU (newstest2013 dev)"},
-        {"label": "validation perplexity (ours)", "ours": ours("valid_ppl"),
-         "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()}, "paper_label": "paper PPL (newstest2013 dev)"},
+        {
+            "label": "test BLEU (ours)",
+            "ours": ours("test_bleu"),
+            "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()},
+            "paper_label": "paper BLEU (newstest2013 dev)",
+        },
+        {
+            "label": "validation perplexity (ours)",
+            "ours": ours("valid_ppl"),
+            "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()},
+            "paper_label": "paper PPL (newstest2013 dev)",
+        },
     ]
-    head_count_plot(panels, path, f"Head count (d_k = d_model / h): {report['study_dir']} — "
-                                  f"{report['runs_done']}/{report['runs_total']} runs")
+    head_count_plot(
+        panels,
+        path,
+        f"Head count (d_k = d_model / h): {report['study_dir']} — {report['runs_done']}/{report['runs_total']} runs",
+    )
 
 
 def write(report: dict, study_dir: Path) -> list[Path]:
@@ -714,8 +1027,9 @@ def _study_curves(study_dir: Path) -> Path | None:
     if not curves:
         return None
     path = study_dir / "curves.png"
-    learning_curves_plot(group_by_heads(curves), curves, path,
-                         f"Learning curves: {study_dir.name}, mean over seeds per h")
+    learning_curves_plot(
+        group_by_heads(curves), curves, path, f"Learning curves: {study_dir.name}, mean over seeds per h"
+    )
     return path
 
 

@@ -15,11 +15,11 @@ from .checkpoint import eval_stem, open_run
 from .config import Config, apply_override, validate
 from .data import Tokenizer, load_split
 from .decode import translate
+from .distributed import resolve_device
 from .errors import MhatrainError
 from .evaluate import read_aligned, sacrebleu_test_set, score, show_scores
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
-from .distributed import resolve_device
 
 MAX_INPUT_CHARS = 10_000
 
@@ -49,7 +49,9 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
-        raise MhatrainError(f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})") from None
+        raise MhatrainError(
+            f"{run_dir}: checkpoint weights do not fit the config ({str(exc).splitlines()[0]})"
+        ) from None
     model.to(device).eval()
     averaged = {k: state[k] for k in ("averaged_from", "averaged_steps") if k in state}
     return LoadedRun(config, model, tokenizer, device, int(state.get("progress", {}).get("step", 0)), averaged)
@@ -65,14 +67,20 @@ def _check_architecture(config: Config, trained: dict, overrides: list[str]) -> 
     for key, value in config.to_dict()["model"].items():
         if key not in ("dropout", "attention_dropout") and trained["model"].get(key) != value:
             given = next((o for o in overrides if o.split("=", 1)[0].strip() == f"model.{key}"), f"model.{key}")
-            raise MhatrainError(f"--set {given}: the model was trained with model.{key}="
-                                f"{trained['model'].get(key)!r}; a trained model's architecture cannot change")
+            raise MhatrainError(
+                f"--set {given}: the model was trained with model.{key}="
+                f"{trained['model'].get(key)!r}; a trained model's architecture cannot change"
+            )
 
 
 def split_name(config: Config, split: str) -> str:
     """Map train/valid/test to the data source's split names; other names pass through."""
-    return {"train": config.data.train_split, "valid": config.data.valid_split,
-            "validation": config.data.valid_split, "test": config.data.test_split}.get(split, split)
+    return {
+        "train": config.data.train_split,
+        "valid": config.data.valid_split,
+        "validation": config.data.valid_split,
+        "test": config.data.test_split,
+    }.get(split, split)
 
 
 @dataclass
@@ -86,39 +94,65 @@ class EvalText:
     data: dict  # its provenance (provenance.corpus_record or files_record)
 
 
-def eval_text(config: Config, split: str | None, src: Path | None = None, ref: Path | None = None,
-              sacrebleu_set: str | None = None, langpair: str | None = None) -> EvalText:
+def eval_text(
+    config: Config,
+    split: str | None,
+    src: Path | None = None,
+    ref: Path | None = None,
+    sacrebleu_set: str | None = None,
+    langpair: str | None = None,
+) -> EvalText:
     """A split of the config's source (default: test), a pair of files, or a named sacreBLEU test set."""
-    chosen = [option for option, given in (("--split", split), ("--src/--ref", src or ref),
-                                           ("--sacrebleu-set", sacrebleu_set)) if given]
+    chosen = [
+        option
+        for option, given in (("--split", split), ("--src/--ref", src or ref), ("--sacrebleu-set", sacrebleu_set))
+        if given
+    ]
     if len(chosen) > 1:
         raise MhatrainError(f"{' and '.join(chosen)} exclude each other: evaluate one text at a time")
     if (src is None) != (ref is None):
-        raise MhatrainError(f"{'--src' if src else '--ref'} needs {'--ref' if src else '--src'}: "
-                            f"a source file and its reference file")
+        raise MhatrainError(
+            f"{'--src' if src else '--ref'} needs {'--ref' if src else '--src'}: a source file and its reference file"
+        )
     if langpair is not None and sacrebleu_set is None:
         raise MhatrainError("--langpair goes with --sacrebleu-set")
     model_pair = f"{config.data.src_lang}-{config.data.tgt_lang}"
     if sacrebleu_set is not None:
         if langpair not in (None, model_pair):
-            raise MhatrainError(f"--langpair {langpair}: the model translates {model_pair} "
-                                f"(data.src_lang, data.tgt_lang)")
+            raise MhatrainError(
+                f"--langpair {langpair}: the model translates {model_pair} (data.src_lang, data.tgt_lang)"
+            )
         src, ref = sacrebleu_test_set(sacrebleu_set, model_pair)
         name = f"{sacrebleu_set.replace('/', '_')}.{model_pair}"
-        return EvalText(name, *read_aligned({"source": src, "reference": ref}), f"sacrebleu:{sacrebleu_set}/{model_pair}",
-                        {**provenance.files_record(src, ref), "sacrebleu_set": sacrebleu_set, "langpair": model_pair})
+        return EvalText(
+            name,
+            *read_aligned({"source": src, "reference": ref}),
+            f"sacrebleu:{sacrebleu_set}/{model_pair}",
+            {**provenance.files_record(src, ref), "sacrebleu_set": sacrebleu_set, "langpair": model_pair},
+        )
     if src is not None:
         name = Path(src).name.removesuffix(".gz")
-        return EvalText(name, *read_aligned({"--src": src, "--ref": ref}), f"{src}+{ref}",
-                        provenance.files_record(src, ref))
+        return EvalText(
+            name, *read_aligned({"--src": src, "--ref": ref}), f"{src}+{ref}", provenance.files_record(src, ref)
+        )
     split = split or "test"
     corpus = load_split(config.data, split_name(config, split))
     return EvalText(split, corpus.src, corpus.tgt, corpus.name, provenance.corpus_record(corpus))
 
 
-def evaluate_run(run_dir: Path, split: str | None, beam: int | None, alpha: float | None, which: str,
-                 overrides: list[str], console: Console, src: Path | None = None, ref: Path | None = None,
-                 sacrebleu_set: str | None = None, langpair: str | None = None) -> dict:
+def evaluate_run(
+    run_dir: Path,
+    split: str | None,
+    beam: int | None,
+    alpha: float | None,
+    which: str,
+    overrides: list[str],
+    console: Console,
+    src: Path | None = None,
+    ref: Path | None = None,
+    sacrebleu_set: str | None = None,
+    langpair: str | None = None,
+) -> dict:
     """Translate a text (see eval_text) with beam search, score it, write eval/NAME.beamK.{hyp.txt,json}."""
     run = load_run(run_dir, which, overrides, strict=True)
     beam = beam or run.config.decode.beam
@@ -126,29 +160,44 @@ def evaluate_run(run_dir: Path, split: str | None, beam: int | None, alpha: floa
     alpha = run.config.decode.alpha if alpha is None else alpha
     text = eval_text(run.config, split, src, ref, sacrebleu_set, langpair)
     averaged = f" of updates {', '.join(map(str, run.averaged['averaged_steps']))}" if run.averaged else ""
-    console.print(f"translating {len(text.src)} sentences of '{text.name}' with beam {beam}, alpha {alpha} "
-                  f"({which} checkpoint{averaged}, update {run.step})")
+    console.print(
+        f"translating {len(text.src)} sentences of '{text.name}' with beam {beam}, alpha {alpha} "
+        f"({which} checkpoint{averaged}, update {run.step})"
+    )
     started = time.perf_counter()
-    hyps = translate(run.model, run.tokenizer, text.src, run.config.decode, run.device, beam, alpha,
-                     run.config.train.precision)
+    hyps = translate(
+        run.model, run.tokenizer, text.src, run.config.decode, run.device, beam, alpha, run.config.train.precision
+    )
     seconds = time.perf_counter() - started
     result = score(hyps, text.ref)
-    result.update(split=text.name, source=text.description, beam=beam, alpha=alpha, checkpoint=which, update=run.step,
-                  parameters=count_parameters(run.model), decode_seconds=round(seconds, 1),
-                  sentences_per_s=round(len(hyps) / seconds, 1), **run.averaged,
-                  provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"))
+    result.update(
+        split=text.name,
+        source=text.description,
+        beam=beam,
+        alpha=alpha,
+        checkpoint=which,
+        update=run.step,
+        parameters=count_parameters(run.model),
+        decode_seconds=round(seconds, 1),
+        sentences_per_s=round(len(hyps) / seconds, 1),
+        **run.averaged,
+        provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"),
+    )
     out_dir = Path(run_dir) / "eval"
     stem = eval_stem(text.name, beam, which, alpha if own_alpha else None)
     atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write_json(out_dir / f"{stem}.json", result)
     show_scores(result, f"{run_dir} — {text.name} ({len(hyps)} sentences, beam {beam}, alpha {alpha})", console)
-    console.print(f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
-                  f"({result['sentences_per_s']} sentences/s)")
+    console.print(
+        f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
+        f"({result['sentences_per_s']} sentences/s)"
+    )
     return result
 
 
-def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, alpha: float | None,
-                    overrides: list[str] = ()) -> list[str]:
+def translate_lines(
+    run_dir: Path, lines: list[str] | None, beam: int | None, alpha: float | None, overrides: list[str] = ()
+) -> list[str]:
     """Translate `lines` (or stdin when None) and print one translation per line."""
     from_stdin = lines is None
     if from_stdin:
@@ -167,8 +216,9 @@ def translate_lines(run_dir: Path, lines: list[str] | None, beam: int | None, al
     if not lines:
         raise MhatrainError("no input: give sentences as arguments or on stdin")
     run = load_run(run_dir, overrides=overrides)
-    outputs = translate(run.model, run.tokenizer, lines, run.config.decode, run.device, beam, alpha,
-                        run.config.train.precision)
+    outputs = translate(
+        run.model, run.tokenizer, lines, run.config.decode, run.device, beam, alpha, run.config.train.precision
+    )
     for text in outputs:
         print(text, flush=True)
     return outputs

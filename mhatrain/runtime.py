@@ -6,7 +6,9 @@ import time
 
 import torch
 
-BF16_PROBE_SIZE = 512  # large enough to hit the blocked GEMM kernels (256 did not show the slow path), small enough to cost < 1 s
+BF16_PROBE_SIZE = (
+    512  # large enough to hit the blocked GEMM kernels (256 did not show the slow path), small enough to cost < 1 s
+)
 SLOW_BF16_RATIO = 2.0  # bf16 slower than fp32 by more than this: the CPU has no native bf16 matmul
 
 
@@ -33,6 +35,8 @@ def slow_bf16_warning(device: torch.device, precision: str) -> str | None:
     fp32, bf16 = _matmul_seconds(torch.float32), _matmul_seconds(torch.bfloat16)
     if bf16 <= SLOW_BF16_RATIO * fp32:
         return None
-    return (f"warning: bf16 matmuls run {bf16 / fp32:.0f}× slower than fp32 on this CPU ("
-            f"{torch.backends.cpu.get_cpu_capability()}; no native bf16): training will be very slow; "
-            f"--set train.precision=fp32 is faster here (but changes what a run computes)")
+    return (
+        f"warning: bf16 matmuls run {bf16 / fp32:.0f}× slower than fp32 on this CPU ("
+        f"{torch.backends.cpu.get_cpu_capability()}; no native bf16): training will be very slow; "
+        f"--set train.precision=fp32 is faster here (but changes what a run computes)"
+    )

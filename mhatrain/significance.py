@@ -75,10 +75,12 @@ def paired_bootstrap(system: list[np.ndarray], baseline: list[np.ndarray], indic
     system, baseline: per seed, [N, k] sentence statistics of one test set (one entry each: the
     classic single-run test). indices: `resample_indices(N, ...)`, shared by every comparison.
     """
-    observed = (statistics.fmean(bleu_of(s.sum(0)) for s in system)
-                - statistics.fmean(bleu_of(s.sum(0)) for s in baseline))
-    deltas = (np.mean([resampled_bleu(s, indices) for s in system], axis=0)
-              - np.mean([resampled_bleu(s, indices) for s in baseline], axis=0))
+    observed = statistics.fmean(bleu_of(s.sum(0)) for s in system) - statistics.fmean(
+        bleu_of(s.sum(0)) for s in baseline
+    )
+    deltas = np.mean([resampled_bleu(s, indices) for s in system], axis=0) - np.mean(
+        [resampled_bleu(s, indices) for s in baseline], axis=0
+    )
     if all(np.array_equal(a, b) for a, b in zip(system, baseline)) and len(system) == len(baseline):
         p_value = 1.0  # the same output: no evidence of any difference
     else:

@@ -17,9 +17,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -42,14 +42,14 @@ class TokenTable:
         self.ids, self.offsets = ids, offsets
 
     @classmethod
-    def from_lists(cls, seqs: Iterable[Iterable[int]], dtype=np.uint32) -> "TokenTable":
+    def from_lists(cls, seqs: Iterable[Iterable[int]], dtype=np.uint32) -> TokenTable:
         seqs = [np.asarray(s, dtype=dtype) for s in seqs]
         lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
         ids = np.concatenate(seqs) if seqs else np.zeros(0, dtype)
         return cls(ids.astype(dtype, copy=False), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
     @classmethod
-    def concat(cls, tables: list["TokenTable"]) -> "TokenTable":
+    def concat(cls, tables: list[TokenTable]) -> TokenTable:
         ids = np.concatenate([t.ids for t in tables])
         starts = np.cumsum([0] + [len(t.ids) for t in tables[:-1]])
         offsets = np.concatenate([[0], *[t.offsets[1:] + s for t, s in zip(tables, starts)]]).astype(np.int64)
@@ -69,7 +69,7 @@ class TokenTable:
         """[n] int64: the length of each sequence."""
         return np.diff(self.offsets)
 
-    def select(self, rows: np.ndarray, max_length: int | None = None) -> "TokenTable":
+    def select(self, rows: np.ndarray, max_length: int | None = None) -> TokenTable:
         """The sequences `rows`, in that order, each cut to `max_length` ids."""
         rows = np.asarray(rows, dtype=np.int64)
         starts = self.offsets[rows]
@@ -120,7 +120,7 @@ class Encoded:
     name: str = field(default="", compare=False)  # where the text came from, for messages
 
     @classmethod
-    def from_lists(cls, src: list[list[int]], tgt: list[list[int]], index: list[int]) -> "Encoded":
+    def from_lists(cls, src: list[list[int]], tgt: list[list[int]], index: list[int]) -> Encoded:
         return cls(TokenTable.from_lists(src), TokenTable.from_lists(tgt), np.asarray(index, dtype=np.int64))
 
     def __len__(self) -> int:
@@ -144,8 +144,13 @@ def save_encoded(directory: Path, data: Encoded) -> None:
         arrays = (data.src.ids, data.src.offsets, data.tgt.ids, data.tgt.offsets, data.index)
         for name, array in zip(ARRAYS, arrays):
             np.save(tmp / f"{name}.npy", np.ascontiguousarray(array))
-        meta = {"format": CACHE_FORMAT, "pairs": len(data), "dropped_empty": data.dropped_empty,
-                "dropped_long": data.dropped_long, "name": data.name}
+        meta = {
+            "format": CACHE_FORMAT,
+            "pairs": len(data),
+            "dropped_empty": data.dropped_empty,
+            "dropped_long": data.dropped_long,
+            "name": data.name,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
         try:
             os.rename(tmp, directory)
@@ -167,8 +172,14 @@ def load_encoded(directory: Path) -> Encoded | None:
     except (OSError, ValueError):
         return None
     src_ids, src_offsets, tgt_ids, tgt_offsets, index = arrays
-    return Encoded(TokenTable(src_ids, src_offsets), TokenTable(tgt_ids, tgt_offsets), index,
-                   meta["dropped_empty"], meta["dropped_long"], meta.get("name", ""))
+    return Encoded(
+        TokenTable(src_ids, src_offsets),
+        TokenTable(tgt_ids, tgt_offsets),
+        index,
+        meta["dropped_empty"],
+        meta["dropped_long"],
+        meta.get("name", ""),
+    )
 
 
 def cache_bytes(directory: Path) -> int:

@@ -25,17 +25,26 @@ import torch
 
 from . import data as D
 from . import provenance
-from .checkpoint import (check_compatible, drop_snapshots_after, is_run_dir, load_latest, remove_partial_writes,
-                         resume_accum_steps, save_checkpoint, save_snapshot)
+from .checkpoint import (
+    check_compatible,
+    drop_snapshots_after,
+    is_run_dir,
+    load_latest,
+    remove_partial_writes,
+    resume_accum_steps,
+    save_checkpoint,
+    save_snapshot,
+)
 from .config import Config, accum_steps_for, dump_config
+from .dashboard import Dashboard
+from .dashboard import check_available as check_tensorboard
 from .decode import translate_ids
 from .distributed import Group, process_group
-from .loss import smoothed_cross_entropy
 from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
-from .dashboard import Dashboard, check_available as check_tensorboard
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
+from .loss import smoothed_cross_entropy
 from .model import Transformer, build_model, count_parameters
 from .precision import autocast, loss_scaler
 from .runtime import slow_bf16_warning
@@ -45,7 +54,7 @@ from .tokens import load_encoded, save_encoded
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
     step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 # ----------------------------------------------------------------------------- data
@@ -90,10 +99,10 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
         f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
     )
     valid = D.encode_corpus(tokenizer, valid_corpus, None)
-    sources = {"train": provenance.split_record(cfg, cfg.train_split),
-               "valid": provenance.corpus_record(valid_corpus)}
-    return Prepared(tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(),
-                    sources)
+    sources = {"train": provenance.split_record(cfg, cfg.train_split), "valid": provenance.corpus_record(valid_corpus)}
+    return Prepared(
+        tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(), sources
+    )
 
 
 # ----------------------------------------------------------------------------- loss and validation
@@ -116,8 +125,9 @@ def make_optimizer(parameters, t, lr: float) -> torch.optim.Adam:
     parameters = list(parameters)
     device = parameters[0].device.type
     fused = device in ("cpu", "cuda") and all(p.dtype.is_floating_point for p in parameters)
-    return torch.optim.Adam(parameters, lr=lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-                            weight_decay=t.weight_decay, fused=fused)
+    return torch.optim.Adam(
+        parameters, lr=lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay, fused=fused
+    )
 
 
 @torch.no_grad()
@@ -135,8 +145,14 @@ def validate(model: Transformer, prepared: Prepared, config: Config, device: tor
     fault_point("validation")
     if config.train.valid_bleu:
         limit = config.train.valid_max_sentences or len(prepared.valid_src)
-        ids = translate_ids(model, prepared.valid_src[:limit], config.decode, device,
-                            beam=config.train.valid_beam, precision=config.train.precision)
+        ids = translate_ids(
+            model,
+            prepared.valid_src[:limit],
+            config.decode,
+            device,
+            beam=config.train.valid_beam,
+            precision=config.train.precision,
+        )
         bleu, signature = bleu_score(prepared.tokenizer.decode(ids), prepared.valid_refs[:limit])
         result.update(valid_bleu=round(bleu, 2), bleu_signature=signature)
     model.train()
@@ -284,14 +300,20 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     if (warning := slow_bf16_warning(device, t.precision)) is not None:
         log(warning)
     if procs.launched:
-        log(f"processes: {procs.world} ({procs.backend}), each on its own share of every update's batches; "
-            f"rank 0 validates and writes the checkpoints")
+        log(
+            f"processes: {procs.world} ({procs.backend}), each on its own share of every update's batches; "
+            f"rank 0 validates and writes the checkpoints"
+        )
     if progress.finished:
         log(f"run already finished ({progress.stop_reason}); nothing to do")
         return _summary(progress, n_params, run_dir)
     if procs.is_main:  # a resumed run appends a session: it may continue on another machine
-        provenance.record_session(run_dir, provenance.session(device, prepared.sources, run_dir / "spm.model",
-                                                              resumed=last is not None, processes=procs.world))
+        provenance.record_session(
+            run_dir,
+            provenance.session(
+                device, prepared.sources, run_dir / "spm.model", resumed=last is not None, processes=procs.world
+            ),
+        )
     wrapped = procs.wrap(model)
     step_model = CompiledStep(wrapped, t.compile, log)
 
@@ -303,12 +325,20 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         nonlocal saved_at
         rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
         if procs.is_main:
-            save_checkpoint(run_dir / "last.pt", {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": asdict(progress),
-                "rng": rng[0], **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
-                "config": config.to_dict(), "vocab_fingerprint": vocab_fp, "vocab_size": prepared.tokenizer.vocab_size,
-                **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
-            })
+            save_checkpoint(
+                run_dir / "last.pt",
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "progress": asdict(progress),
+                    "rng": rng[0],
+                    **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
+                    "config": config.to_dict(),
+                    "vocab_fingerprint": vocab_fp,
+                    "vocab_size": prepared.tokenizer.vocab_size,
+                    **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
+                },
+            )
             if snapshot and t.keep_checkpoints:
                 save_snapshot(run_dir, _weights(model, config, progress, prepared.tokenizer), t.keep_checkpoints)
         procs.barrier()
@@ -333,13 +363,18 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
     processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
     asked = f" (train.tokens_per_update={t.tokens_per_update})" if t.tokens_per_update else ""
-    log(f"batches: ≤{t.max_tokens} tokens × {accum} accumulation{processes} = ≤{progress.tokens_per_update} "
-        f"tokens per update{asked}; {per_epoch} updates per epoch")
+    log(
+        f"batches: ≤{t.max_tokens} tokens × {accum} accumulation{processes} = ≤{progress.tokens_per_update} "
+        f"tokens per update{asked}; {per_epoch} updates per epoch"
+    )
     model.train()
     signalled = None
     board = t.tensorboard and procs.is_main
-    with StopSignal() as stop, TrainDisplay(console, total, progress.step) as display, \
-            MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics:
+    with (
+        StopSignal() as stop,
+        TrainDisplay(console, total, progress.step) as display,
+        MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics,
+    ):
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
@@ -348,21 +383,36 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
                     started = time.perf_counter()
                     step = progress.step + 1
-                    stats = step_model.run(lambda m: _update(m, wrapped, optimizer, scaler, share, config, step, procs),
-                                           optimizer)
+                    stats = step_model.run(
+                        lambda m, share=share, step=step: _update(
+                            m, wrapped, optimizer, scaler, share, config, step, procs
+                        ),
+                        optimizer,
+                    )
                     progress.train_seconds += time.perf_counter() - started
                     progress.batch_in_epoch += len(group)
                     skipped = "skipped" in stats
                     if skipped:
-                        _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log,
-                                      bad=not stats.get("loss_scale_lowered"))
+                        _note_skipped(
+                            progress,
+                            stats["skipped"],
+                            t.max_bad_updates,
+                            run_dir,
+                            log,
+                            bad=not stats.get("loss_scale_lowered"),
+                        )
                     else:
                         progress.bad_in_a_row = 0
                         progress.step += 1
                         progress.target_tokens += stats["tokens"]
                     if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
-                        record = {"kind": "train", "step": progress.step, "epoch": progress.epoch + 1, **stats,
-                                  "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1)}
+                        record = {
+                            "kind": "train",
+                            "step": progress.step,
+                            "epoch": progress.epoch + 1,
+                            **stats,
+                            "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1),
+                        }
                         if procs.is_main:
                             metrics.write(record)
                         display.log(record)
@@ -372,7 +422,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     if end_of_epoch:
                         progress.epoch += 1
                         progress.batch_in_epoch = 0
-                    if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (not t.valid_every and end_of_epoch):
+                    if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (
+                        not t.valid_every and end_of_epoch
+                    ):
                         _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
                         checkpoint()
                     elif checkpoint_due(skipped):
@@ -384,8 +436,10 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                         break
             if signalled and not progress.finished:
                 checkpoint(snapshot=False)
-                log(f"received {signalled}: checkpoint saved at update {progress.step}; "
-                    f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume")
+                log(
+                    f"received {signalled}: checkpoint saved at update {progress.step}; "
+                    f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume"
+                )
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
         if progress.finished and procs.broadcast(procs.is_main and not _validated_at(run_dir, progress.step)):
             _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
@@ -395,7 +449,9 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     summary = _summary(progress, n_params, run_dir)
     if procs.is_main:
         atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
-    log(f"done: {progress.stop_reason}; best {t.early_stop_metric} {progress.best_score} at update {progress.best_step}")
+    log(
+        f"done: {progress.stop_reason}; best {t.early_stop_metric} {progress.best_score} at update {progress.best_step}"
+    )
     return summary
 
 
@@ -405,8 +461,10 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
     Returns the checkpoint to resume from, or None.
     """
     if resume and not is_run_dir(run_dir):
-        raise CheckpointError(f"nothing to resume in {run_dir}: not a run directory (no config.yaml); "
-                              f"drop --resume to start a new run there")
+        raise CheckpointError(
+            f"nothing to resume in {run_dir}: not a run directory (no config.yaml); "
+            f"drop --resume to start a new run there"
+        )
     last = load_latest(run_dir, log) if resume else None
     if resume and procs.is_main:
         for path in remove_partial_writes(run_dir):
@@ -414,19 +472,25 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
     if resume and last is None:
         log(f"no checkpoint in {run_dir} yet: starting from the beginning")
     if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
-        raise CheckpointError(f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out")
+        raise CheckpointError(
+            f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out"
+        )
     if last is not None:
         t = config.train
         accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / "last.pt"))
         if accum != accum_steps_for(t, procs.world):
             tokens = procs.world * accum * t.max_tokens
             if t.tokens_per_update:
-                log(f"train.tokens_per_update: {t.tokens_per_update} → {tokens} for {procs.world} × {accum} × "
-                    f"{t.max_tokens}")
+                log(
+                    f"train.tokens_per_update: {t.tokens_per_update} → {tokens} for {procs.world} × {accum} × "
+                    f"{t.max_tokens}"
+                )
                 t.tokens_per_update = tokens
             else:
-                log(f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
-                    f"{tokens} tokens per update")
+                log(
+                    f"train.accum_steps: {t.accum_steps} → {accum} for {procs.world} × {accum} × {t.max_tokens} = "
+                    f"{tokens} tokens per update"
+                )
                 t.accum_steps = accum
         check_compatible(last, config, str(run_dir / "last.pt"))
     if procs.is_main:
@@ -446,8 +510,10 @@ def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> 
     procs.barrier()
     if not procs.is_main:
         if not (run_dir / "spm.model").is_file():
-            raise MhatrainError(f"rank {procs.rank} cannot see {run_dir / 'spm.model'}, written by rank 0: the run "
-                                f"directory must be on storage that every machine shares")
+            raise MhatrainError(
+                f"rank {procs.rank} cannot see {run_dir / 'spm.model'}, written by rank 0: the run "
+                f"directory must be on storage that every machine shares"
+            )
         prepared = prepare_data(config, run_dir, log)
     return prepared
 
@@ -477,8 +543,9 @@ def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> li
     return share
 
 
-def _update(step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int,
-            procs: Group) -> dict:
+def _update(
+    step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int, procs: Group
+) -> dict:
     """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
 
     The loss is averaged over the target tokens of the batches of all processes: the gradient is the
@@ -503,8 +570,10 @@ def _update(step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, i
         if device.type == "cuda":
             torch.cuda.empty_cache()
         if procs.launched:  # the other processes already wait for this one's gradients: no way to skip
-            raise MhatrainError(f"out of memory on rank {procs.rank} in an update of {n_tokens} target tokens; with "
-                                f"several processes an update cannot be skipped: lower train.max_tokens") from None
+            raise MhatrainError(
+                f"out of memory on rank {procs.rank} in an update of {n_tokens} target tokens; with "
+                f"several processes an update cannot be skipped: lower train.max_tokens"
+            ) from None
         return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
     loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
     # After DDP's exchange every process holds the same gradients, so all of them decide alike.
@@ -526,8 +595,14 @@ def _update(step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, i
     scaler.step(optimizer)  # = optimizer.step() (the gradients are finite, checked above)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return {"loss": round(loss_sum / n_tokens, 4), "nll": round(nll_sum / n_tokens, 4), "lr": lr,
-            "grad_norm": round(float(grad_norm), 3), "tokens": n_tokens, "padding": round(pad / cells, 3)}
+    return {
+        "loss": round(loss_sum / n_tokens, 4),
+        "nll": round(nll_sum / n_tokens, 4),
+        "lr": lr,
+        "grad_norm": round(float(grad_norm), 3),
+        "tokens": n_tokens,
+        "padding": round(pad / cells, 3),
+    }
 
 
 def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
@@ -542,8 +617,9 @@ def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, 
         )
 
 
-def _validate_and_track(model, prepared, config, device, progress: Progress, run_dir: Path, display,
-                        metrics: "MetricsLog") -> None:
+def _validate_and_track(
+    model, prepared, config, device, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+) -> None:
     t = config.train
     started = time.perf_counter()
     result = validate(model, prepared, config, device)
@@ -555,20 +631,32 @@ def _validate_and_track(model, prepared, config, device, progress: Progress, run
         save_checkpoint(run_dir / "best.pt", _weights(model, config, progress, prepared.tokenizer))
     else:
         progress.bad_validations += 1
-    record = {"kind": "valid", "step": progress.step, "epoch": progress.epoch, **result, "best": improved,
-              "valid_seconds": round(time.perf_counter() - started, 1)}
+    record = {
+        "kind": "valid",
+        "step": progress.step,
+        "epoch": progress.epoch,
+        **result,
+        "best": improved,
+        "valid_seconds": round(time.perf_counter() - started, 1),
+    }
     metrics.write(record)
     display.log(record)
 
 
 def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) -> dict:
     """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
-    return {"model": model.state_dict(), "config": config.to_dict(), "progress": asdict(progress),
-            "vocab_fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size}
+    return {
+        "model": model.state_dict(),
+        "config": config.to_dict(),
+        "progress": asdict(progress),
+        "vocab_fingerprint": tokenizer.fingerprint(),
+        "vocab_size": tokenizer.vocab_size,
+    }
 
 
-def _validate_on_main(procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display,
-                      metrics: "MetricsLog") -> None:
+def _validate_on_main(
+    procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+) -> None:
     """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
     if procs.is_main:
         _validate_and_track(model, prepared, config, procs.device, progress, run_dir, display, metrics)
@@ -635,8 +723,9 @@ class CompiledStep:
             raise
         except Exception as exc:  # torch.compile's failures come in many types (backend, lowering, C++ build)
             first = (str(exc).strip().splitlines() or [""])[0][:160]
-            self.log(f"warning: torch.compile failed at the first update ({type(exc).__name__}: {first}); "
-                     f"running eager")
+            self.log(
+                f"warning: torch.compile failed at the first update ({type(exc).__name__}: {first}); running eager"
+            )
             optimizer.zero_grad(set_to_none=True)
             _set_rng_state(rng)
             self.model = self.eager
@@ -648,11 +737,19 @@ class CompiledStep:
 def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
     wall = progress.train_seconds + progress.valid_seconds
     return {
-        "run_dir": str(run_dir), "parameters": n_params, "updates": progress.step, "epochs": progress.epoch,
-        "stop_reason": progress.stop_reason, "best_score": progress.best_score, "best_step": progress.best_step,
-        "train_seconds": round(progress.train_seconds, 1), "valid_seconds": round(progress.valid_seconds, 1),
+        "run_dir": str(run_dir),
+        "parameters": n_params,
+        "updates": progress.step,
+        "epochs": progress.epoch,
+        "stop_reason": progress.stop_reason,
+        "best_score": progress.best_score,
+        "best_step": progress.best_step,
+        "train_seconds": round(progress.train_seconds, 1),
+        "valid_seconds": round(progress.valid_seconds, 1),
         "valid_share": round(progress.valid_seconds / wall, 3) if wall else 0.0,
-        "target_tokens": progress.target_tokens, "skipped_updates": progress.skipped_updates,
+        "target_tokens": progress.target_tokens,
+        "skipped_updates": progress.skipped_updates,
         "tokens_per_s": round(progress.target_tokens / progress.train_seconds, 1) if progress.train_seconds else 0.0,
-        "world_size": progress.world_size, "tokens_per_update": progress.tokens_per_update,
+        "world_size": progress.world_size,
+        "tokens_per_update": progress.tokens_per_update,
     }

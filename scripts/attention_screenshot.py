@@ -23,7 +23,8 @@ from tests.browser import start_chromium  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description="Screenshot a page of `mhatrain attention --html` in headless Chromium.")
+        description="Screenshot a page of `mhatrain attention --html` in headless Chromium."
+    )
     parser.add_argument("page", type=Path, help="HTML file written by mhatrain attention --html")
     parser.add_argument("png", type=Path, help="where to write the screenshot")
     parser.add_argument("--kind", type=int, default=1, help="attention menu entry, from 1")

@@ -11,8 +11,20 @@ import argparse
 import random
 from pathlib import Path
 
-NOUNS = {"cat": "katze", "dog": "hund", "man": "mann", "woman": "frau", "child": "kind", "ball": "ball",
-         "hat": "hut", "car": "auto", "house": "haus", "tree": "baum", "street": "strasse", "mat": "matte"}
+NOUNS = {
+    "cat": "katze",
+    "dog": "hund",
+    "man": "mann",
+    "woman": "frau",
+    "child": "kind",
+    "ball": "ball",
+    "hat": "hut",
+    "car": "auto",
+    "house": "haus",
+    "tree": "baum",
+    "street": "strasse",
+    "mat": "matte",
+}
 ADJECTIVES = {"red": "rot", "big": "gross", "small": "klein", "old": "alt", "young": "jung", "blue": "blau"}
 VERBS = {"sees": "sieht", "holds": "hält", "likes": "mag", "finds": "findet", "sat on": "sass auf"}
 

@@ -19,12 +19,20 @@ TOY = ROOT / "tests" / "data" / "toy"
 TINY = ROOT / "configs" / "tiny.yaml"
 
 
-def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: float = 300,
-            env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m mhatrain ARGS` in a subprocess, as a user would."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mhatrain", *args], cwd=cwd, input=stdin, text=True,
-                          capture_output=True, timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "mhatrain", *args],
+        cwd=cwd,
+        input=stdin,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        env=full_env,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -73,5 +81,6 @@ def library_translations(run_dir: Path, sentences: list[str], which: str = "best
     from mhatrain.runner import load_run
 
     run = load_run(run_dir, which, strict=True)
-    return translate(run.model, run.tokenizer, sentences, run.config.decode, run.device,
-                     precision=run.config.train.precision)
+    return translate(
+        run.model, run.tokenizer, sentences, run.config.decode, run.device, precision=run.config.train.precision
+    )

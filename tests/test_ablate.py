@@ -20,8 +20,18 @@ import torch
 import yaml
 from rich.console import Console
 
-from mhatrain.ablate import (EVAL_SPLITS, Point, Study, expand_grid, parse_heads, parse_point_name, parse_seeds,
-                             point_seconds, run_study, slot_overrides)
+from mhatrain.ablate import (
+    EVAL_SPLITS,
+    Point,
+    Study,
+    expand_grid,
+    parse_heads,
+    parse_point_name,
+    parse_seeds,
+    point_seconds,
+    run_study,
+    slot_overrides,
+)
 from mhatrain.checkpoint import load_checkpoint
 from mhatrain.config import load_config
 from mhatrain.errors import MhatrainError
@@ -35,8 +45,14 @@ HEADS = "1,8"
 
 def study_sets(spm_cache) -> list[str]:
     """Small enough to train two grid points in seconds; checkpoints every 4 updates for the kill test."""
-    return [f"data.cache_dir={spm_cache}", f"data.local_dir={TOY}", "train.max_steps=40", "train.checkpoint_every=4",
-            "train.valid_max_sentences=10", "train.log_every=1000"]
+    return [
+        f"data.cache_dir={spm_cache}",
+        f"data.local_dir={TOY}",
+        "train.max_steps=40",
+        "train.checkpoint_every=4",
+        "train.valid_max_sentences=10",
+        "train.log_every=1000",
+    ]
 
 
 def cli_sets(spm_cache) -> list[str]:
@@ -47,15 +63,19 @@ def Silent() -> Console:
     return Console(file=io.StringIO(), width=200)
 
 
-def dry_run(out: Path, spm_cache, *extra_sets: str, heads: str = HEADS, seeds: str = "1", jobs: int = 1,
-            overwrite: bool = False) -> None:
+def dry_run(
+    out: Path, spm_cache, *extra_sets: str, heads: str = HEADS, seeds: str = "1", jobs: int = 1, overwrite: bool = False
+) -> None:
     run_study(TINY, heads, seeds, out, [*study_sets(spm_cache), *extra_sets], jobs, None, True, overwrite, Silent())
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
     """Every file under `directory`: (modification time in ns, SHA-1 of its bytes)."""
-    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): (p.stat().st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
@@ -88,16 +108,19 @@ def test_grid_is_seed_major_with_one_named_directory_per_point():
     assert parse_seeds("3,1,2") == [3, 1, 2]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0", "0 is not a positive number of heads"),
-    ("1,-4", "-4 is not a positive number of heads"),
-    ("1,x", "'x' is not an integer"),
-    ("2.5", "'2.5' is not an integer"),
-    ("4,8,4", "4 is given twice"),
-    ("3", "3 does not divide model.d_model=64"),
-    ("1,,8", "'' is not an integer"),
-    ("", "give a comma-separated list"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0", "0 is not a positive number of heads"),
+        ("1,-4", "-4 is not a positive number of heads"),
+        ("1,x", "'x' is not an integer"),
+        ("2.5", "'2.5' is not an integer"),
+        ("4,8,4", "4 is given twice"),
+        ("3", "3 does not divide model.d_model=64"),
+        ("1,,8", "'' is not an integer"),
+        ("", "give a comma-separated list"),
+    ],
+)
 def test_invalid_heads_are_rejected(text, message):
     with pytest.raises(MhatrainError, match="^--heads: .*" + message.replace("(", r"\(")):
         parse_heads(text, 64)
@@ -116,7 +139,8 @@ def test_invalid_heads_fail_on_the_command_line_before_anything_is_written(tmp_p
     assert result.returncode == 2, result.stderr + result.stdout
     assert result.stderr.strip().splitlines() == [
         "error: --heads: 48 does not divide model.d_model=64 (d_k = d_model / h must be a whole number; "
-        "divisors: 1, 2, 4, 8, 16, 32, 64)"]
+        "divisors: 1, 2, 4, 8, 16, 32, 64)"
+    ]
     assert not out.exists()
 
 
@@ -136,8 +160,10 @@ def test_jobs_share_the_cpu_threads_and_the_devices(monkeypatch):
     assert slot_overrides(2, [], 0) == [["train.threads=4"], ["train.threads=4"]]
     assert slot_overrides(2, [], 1) == [["train.threads=1"], ["train.threads=1"]]  # never more than asked
     assert slot_overrides(3, ["cuda:0", "cuda:1"], 0) == [
-        ["train.device=cuda:0", "train.threads=2"], ["train.device=cuda:1", "train.threads=2"],
-        ["train.device=cuda:0", "train.threads=2"]]
+        ["train.device=cuda:0", "train.threads=2"],
+        ["train.device=cuda:1", "train.threads=2"],
+        ["train.device=cuda:0", "train.threads=2"],
+    ]
 
 
 # ----------------------------------------------------------------------------- the study directory
@@ -167,8 +193,11 @@ def test_a_study_refuses_another_config_unless_asked_to_overwrite(tmp_path, spm_
     out = tmp_path / "study"
     dry_run(out, spm_cache)
     (out / "h01-seed1" / "last.pt").write_bytes(b"a run of the old config")
-    with pytest.raises(MhatrainError, match=r"holds a study made with a different config \(model\.d_ff: 128 there, "
-                                            r"256 now\); use another --out, or --overwrite"):
+    with pytest.raises(
+        MhatrainError,
+        match=r"holds a study made with a different config \(model\.d_ff: 128 there, "
+        r"256 now\); use another --out, or --overwrite",
+    ):
         dry_run(out, spm_cache, "model.d_ff=256")
     dry_run(out, spm_cache, "train.threads=2")  # how it runs is not what it computes: accepted
     dry_run(out, spm_cache, heads="1,4,8")  # a grid can grow
@@ -205,10 +234,25 @@ def test_reference_study_ran_every_point_as_the_dry_run_commands(reference, spm_
 
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path, spm_cache, reference):
     out = tmp_path / "study"
-    command = [sys.executable, "-m", "mhatrain", "ablate", str(TINY), "--heads", HEADS, "--out", str(out),
-               *cli_sets(spm_cache)]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "mhatrain",
+        "ablate",
+        str(TINY),
+        "--heads",
+        HEADS,
+        "--out",
+        str(out),
+        *cli_sets(spm_cache),
+    ]
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     first, second = out / "h01-seed1", out / "h08-seed1"
     deadline = time.time() + 240
     while not ((first / "eval" / "test.beam3.json").exists() and (second / "last.pt").exists()):
@@ -226,24 +270,30 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path, spm_cache,
     assert "resuming at update" in result.stdout
     # The ETA starts from the finished run's recorded time, and the resumed run's line says that
     # its own clock saw only this session.
-    starting = next(line for line in result.stdout.splitlines() if line.startswith("grid h08-seed1 (h=8, seed 1) starting"))
+    starting = next(
+        line for line in result.stdout.splitlines() if line.startswith("grid h08-seed1 (h=8, seed 1) starting")
+    )
     assert re.search(r"1/2 runs done, 1 running, 0 left, ETA \d+:\d\d:\d\d$", starting), starting
-    assert re.search(r"grid h08-seed1 done in \d+:\d\d:\d\d \(resumed; \d+:\d\d:\d\d in all its sessions\)",
-                     result.stdout), result.stdout
+    assert re.search(
+        r"grid h08-seed1 done in \d+:\d\d:\d\d \(resumed; \d+:\d\d:\d\d in all its sessions\)", result.stdout
+    ), result.stdout
     study = Study(out, [Point(1, 1), Point(8, 1)], [1, 8], [1], beam=3)
     assert point_seconds(study, Point(1, 1)) == pytest.approx(
         sum(json.loads((first / "eval" / f"{split}.beam3.json").read_text())["decode_seconds"] for split in EVAL_SPLITS)
-        + sum(json.loads((first / "train_summary.json").read_text())[key] for key in ("train_seconds", "valid_seconds")))
+        + sum(json.loads((first / "train_summary.json").read_text())[key] for key in ("train_seconds", "valid_seconds"))
+    )
     assert snapshot(first) == before  # not retrained, not re-evaluated, not even rewritten
     for point in ("h01-seed1", "h08-seed1"):
         for name in ("best.pt", "last.pt"):
             assert_same_weights(reference / point / name, out / point / name)
         for split in EVAL_SPLITS:
-            ours, theirs = (json.loads((d / point / "eval" / f"{split}.beam3.json").read_text())
-                            for d in (out, reference))
+            ours, theirs = (
+                json.loads((d / point / "eval" / f"{split}.beam3.json").read_text()) for d in (out, reference)
+            )
             assert (ours["bleu"], ours["chrf"]) == (theirs["bleu"], theirs["chrf"])
-            assert ((out / point / "eval" / f"{split}.beam3.hyp.txt").read_text()
-                    == (reference / point / "eval" / f"{split}.beam3.hyp.txt").read_text())
+            assert (out / point / "eval" / f"{split}.beam3.hyp.txt").read_text() == (
+                reference / point / "eval" / f"{split}.beam3.hyp.txt"
+            ).read_text()
 
     again = run_cli(*command[3:])  # a finished study: nothing to do but the report
     assert again.returncode == 0 and "2 of 2 runs already finished: skipped" in again.stdout
@@ -260,7 +310,8 @@ def test_report_of_a_finished_study(reference):
     assert rows[1]["parameters"] == rows[8]["parameters"] > 0
     assert rows[8]["diff_to_h8"]["test_bleu"] == 0.0
     assert rows[1]["diff_to_h8"]["test_bleu"] == pytest.approx(
-        rows[1]["test_bleu"]["mean"] - rows[8]["test_bleu"]["mean"], abs=0.011)
+        rows[1]["test_bleu"]["mean"] - rows[8]["test_bleu"]["mean"], abs=0.011
+    )
     (test,) = report["significance"]["per_seed"]
     assert test["heads"] == 1 and test["seed"] == 1 and 0 < test["p_value"] <= 1 and test["p_holm"] == test["p_value"]
     assert test["difference_ci95"][0] <= test["difference"] <= test["difference_ci95"][1]
@@ -293,8 +344,14 @@ def test_report_of_a_partial_study_without_h8(tmp_path, spm_cache, reference):
     assert "no finished h=8 run" in result.stdout
     report = json.loads((out / "report.json").read_text())
     status = {run["name"]: run["status"] for run in report["runs"]}
-    assert status == {"h01-seed1": "done", "h01-seed2": "pending", "h02-seed1": "pending", "h02-seed2": "pending",
-                      "h08-seed1": "training", "h08-seed2": "pending"}
+    assert status == {
+        "h01-seed1": "done",
+        "h01-seed2": "pending",
+        "h02-seed1": "pending",
+        "h02-seed2": "pending",
+        "h08-seed1": "training",
+        "h08-seed2": "pending",
+    }
     rows = {row["heads"]: row for row in report["by_heads"]}
     assert rows[1]["runs_done"] == 1 and rows[1]["test_bleu"]["std"] is None
     assert all(row["diff_to_h8"] is None for row in rows.values())
@@ -339,8 +396,9 @@ def test_curves_of_a_study_and_of_runs(reference, tmp_path):
         summary = json.loads((reference / point / "train_summary.json").read_text())
         line = next(line for line in result.stdout.splitlines() if line.startswith(point + ":"))
         assert f"best at update {summary['best_step']:,}" in line
-    runs = run_cli("curves", str(reference / "h01-seed1"), str(reference / "h08-seed1"),
-                   "--out", str(tmp_path / "runs.png"))
+    runs = run_cli(
+        "curves", str(reference / "h01-seed1"), str(reference / "h08-seed1"), "--out", str(tmp_path / "runs.png")
+    )
     assert runs.returncode == 0 and (tmp_path / "runs.png").is_file()
     assert (reference / "curves.png").is_file()  # the study's report draws them too
     bad = run_cli("curves", str(tmp_path))

@@ -101,8 +101,9 @@ def test_fused_explicit_reference_and_torch_agree(d_model, n_heads, kind):
     fused, no_probs = mha(query, key_value, mask)
     explicit, probs = mha(query, key_value, mask, need_weights=True)
     reference = reference_mha(mha, query, key_value, mask)
-    theirs, _ = torch_mha_like(mha)(query, key_value, key_value, key_padding_mask=~real,
-                                    attn_mask=attn_mask, need_weights=False)
+    theirs, _ = torch_mha_like(mha)(
+        query, key_value, key_value, key_padding_mask=~real, attn_mask=attn_mask, need_weights=False
+    )
 
     assert no_probs is None
     assert_close(fused, explicit, **TOL)
@@ -189,7 +190,7 @@ def test_split_merge_round_trip(n_heads):
     assert torch.equal(merge_heads(heads), x)
     dh = 32 // n_heads
     for i in range(n_heads):  # head i reads feature block i
-        assert torch.equal(heads[:, i], x[..., i * dh:(i + 1) * dh])
+        assert torch.equal(heads[:, i], x[..., i * dh : (i + 1) * dh])
 
 
 def labelled_heads(B=2, H=4, T=5, Dh=3) -> torch.Tensor:
@@ -203,7 +204,7 @@ def concat_property_holds(merge, heads: torch.Tensor) -> bool:
     merged = merge(heads)
     B, H, T, Dh = heads.shape
     return merged.shape == (B, T, H * Dh) and all(
-        torch.equal(merged[:, t, i * Dh:(i + 1) * Dh], heads[:, i, t]) for i in range(H) for t in range(T)
+        torch.equal(merged[:, t, i * Dh : (i + 1) * Dh], heads[:, i, t]) for i in range(H) for t in range(T)
     )
 
 

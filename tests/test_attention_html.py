@@ -101,9 +101,13 @@ def default_page(tiny_run, tmp_path_factory):
 
 def lines(driver) -> list[tuple[int, int, int, float]]:
     """(head, query, key, stroke-opacity) of every attention line drawn now."""
-    return [tuple(row) for row in driver.execute_script(
-        "return [...document.querySelectorAll('line.attention-line')].map(l => [+l.dataset.head, "
-        "+l.dataset.query, +l.dataset.key, +l.getAttribute('stroke-opacity')])")]
+    return [
+        tuple(row)
+        for row in driver.execute_script(
+            "return [...document.querySelectorAll('line.attention-line')].map(l => [+l.dataset.head, "
+            "+l.dataset.query, +l.dataset.key, +l.getAttribute('stroke-opacity')])"
+        )
+    ]
 
 
 def hover(driver, side: str, index: int) -> None:
@@ -118,15 +122,23 @@ def click(driver, selector: str) -> None:
 
 
 def pressed_heads(driver, selector: str = "button.head") -> list[int]:
-    return [int(b.get_attribute("data-head")) for b in driver.find_elements("css selector", selector)
-            if b.get_attribute("aria-pressed") == "true"]
+    return [
+        int(b.get_attribute("data-head"))
+        for b in driver.find_elements("css selector", selector)
+        if b.get_attribute("aria-pressed") == "true"
+    ]
 
 
 def expected_from(maps, heads, query=None, key=None, scale=1.0, min_opacity=0.01) -> dict:
     """{(head, query, key): opacity} of the lines the page should draw."""
     Tq, Tk = len(maps[0]), len(maps[0][0])
-    return {(h, i, j): maps[h][i][j] * scale for h in heads for i in range(Tq) for j in range(Tk)
-            if (query is None or i == query) and (key is None or j == key) and maps[h][i][j] * scale >= min_opacity}
+    return {
+        (h, i, j): maps[h][i][j] * scale
+        for h in heads
+        for i in range(Tq)
+        for j in range(Tk)
+        if (query is None or i == query) and (key is None or j == key) and maps[h][i][j] * scale >= min_opacity
+    }
 
 
 def assert_drawn(driver, expected: dict) -> None:
@@ -198,8 +210,20 @@ def test_hostile_sentence_renders_as_text(tiny_run, tmp_path, browser, monkeypat
     from selenium.common.exceptions import NoAlertPresentException
 
     page = tmp_path / "pages" / "hostile.html"
-    run_main(monkeypatch, "attention", str(tiny_run), HOSTILE, "--out", str(tmp_path), "--kind", "cross",
-             "--layer", "2", "--html", str(page))
+    run_main(
+        monkeypatch,
+        "attention",
+        str(tiny_run),
+        HOSTILE,
+        "--out",
+        str(tmp_path),
+        "--kind",
+        "cross",
+        "--layer",
+        "2",
+        "--html",
+        str(page),
+    )
     assert f"html: {page}" in capsys.readouterr().out and not (tmp_path / "attention.html").exists()
     browser.get(page.as_uri())
     with pytest.raises(NoAlertPresentException):
@@ -219,21 +243,25 @@ def test_any_head_count_gets_its_own_colours_and_thumbnails(n_heads, tmp_path, b
     path = write_attention_html(tmp_path / "page.html", HOSTILE, "t", [synthetic_view(n_heads, tokens, tokens[1:])])
     browser.get(path.as_uri())
     colours = browser.execute_script(
-        "return [...document.querySelectorAll('button.head')].map(b => getComputedStyle(b).backgroundColor)")
+        "return [...document.querySelectorAll('button.head')].map(b => getComputedStyle(b).backgroundColor)"
+    )
     assert len(colours) == n_heads and len(set(colours)) == n_heads
     thumbnails = browser.find_elements("css selector", "button.thumbnail canvas")
     assert len(thumbnails) == n_heads
     assert all(c.get_property("width") > 0 and c.get_property("height") > 0 for c in thumbnails)
     shown = browser.execute_script(
-        "return [...document.querySelectorAll('.token[data-side=\"query\"] text')].map(t => t.textContent)")
+        "return [...document.querySelectorAll('.token[data-side=\"query\"] text')].map(t => t.textContent)"
+    )
     assert shown == tokens
     assert browser.find_elements("css selector", "body img") == []
     hover(browser, "query", 1)
     heads = {h for h, *_ in lines(browser)}
     assert heads <= set(range(n_heads)) and len(heads) == n_heads  # every head draws from the token
     toggle_colours = browser.execute_script(
-        "return [...document.querySelectorAll('button.head')].map(b => b.style.getPropertyValue('--colour'))")
+        "return [...document.querySelectorAll('button.head')].map(b => b.style.getPropertyValue('--colour'))"
+    )
     strokes = browser.execute_script(
         "return [...document.querySelectorAll('line.attention-line')]"
-        ".map(l => [+l.dataset.head, l.getAttribute('stroke')])")
+        ".map(l => [+l.dataset.head, l.getAttribute('stroke')])"
+    )
     assert all(stroke == toggle_colours[h] for h, stroke in strokes)  # a head's lines wear its toggle's colour

@@ -36,9 +36,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -98,12 +98,19 @@ class ForkedCLI:
         self.scratch = scratch
         self.calls = 0
         self.log = open(scratch / "server.log", "w")
-        self.server = subprocess.Popen([sys.executable, "-c", SERVER], cwd=ROOT, text=True, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=self.log,
-                                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.server = subprocess.Popen(
+            [sys.executable, "-c", SERVER],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
 
-    def __call__(self, *args: str, stdin: bytes | str = b"", env: dict | None = None,
-                 cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    def __call__(
+        self, *args: str, stdin: bytes | str = b"", env: dict | None = None, cwd: Path = ROOT
+    ) -> subprocess.CompletedProcess:
         self.calls += 1
         files = {name: self.scratch / f"{self.calls}.{name}" for name in ("stdin", "stdout", "stderr")}
         files["stdin"].write_bytes(stdin.encode() if isinstance(stdin, str) else stdin)
@@ -114,9 +121,12 @@ class ForkedCLI:
         self.server.stdin.flush()
         reply = self.server.stdout.readline()
         assert reply, f"the CLI server died: {(self.scratch / 'server.log').read_text()}"
-        return subprocess.CompletedProcess(["mhatrain", *args], json.loads(reply),
-                                           files["stdout"].read_text(errors="replace"),
-                                           files["stderr"].read_text(errors="replace"))
+        return subprocess.CompletedProcess(
+            ["mhatrain", *args],
+            json.loads(reply),
+            files["stdout"].read_text(errors="replace"),
+            files["stderr"].read_text(errors="replace"),
+        )
 
     def close(self) -> None:
         self.server.stdin.close()
@@ -128,7 +138,8 @@ class ForkedCLI:
 def cli(tmp_path_factory):
     if not hasattr(os, "fork"):
         yield lambda *args, stdin=None, env=None, cwd=ROOT: run_cli(
-            *args, stdin=stdin.decode() if isinstance(stdin, bytes) else stdin, env=env, cwd=cwd)
+            *args, stdin=stdin.decode() if isinstance(stdin, bytes) else stdin, env=env, cwd=cwd
+        )
         return
     runner = ForkedCLI(tmp_path_factory.mktemp("cli"))
     yield runner
@@ -252,152 +263,350 @@ W = Workspace
 CASES = [
     # --- config files and --set overrides
     Case("config-missing", lambda w: w.train(w.root / "absent.yaml"), ["config file not found", "absent.yaml"]),
-    Case("yaml-syntax", lambda w: w.train(w.tiny("d_ff: 128", "d_ff: [128")),
-         ["c.yaml at line 7, column 3: invalid YAML", "flow sequence started at line 6"]),
+    Case(
+        "yaml-syntax",
+        lambda w: w.train(w.tiny("d_ff: 128", "d_ff: [128")),
+        ["c.yaml at line 7, column 3: invalid YAML", "flow sequence started at line 6"],
+    ),
     Case("config-empty", lambda w: w.train(w.config("# nothing but a comment\n")), ["c.yaml", "config file is empty"]),
-    Case("config-not-mapping", lambda w: w.train(w.config("- model\n- data\n")),
-         ["c.yaml", "top level must be a mapping", "got list"]),
-    Case("config-not-utf8", lambda w: w.train(w.config(TINY.read_bytes().replace(b"residual", b"r\xe9sidual"))),
-         ["c.yaml", "not a UTF-8 text file"]),
-    Case("unknown-section", lambda w: w.train(w.tiny("model:", "modle:")),
-         ["c.yaml", "unknown section 'modle'", "did you mean 'model'"]),
-    Case("unknown-key", lambda w: w.train(w.tiny("n_heads: 4", "n_head: 4")),
-         ["c.yaml", "unknown key 'model.n_head'", "did you mean 'n_heads'"]),
-    Case("wrong-type", lambda w: w.train(w.tiny("d_model: 64", "d_model: wide")),
-         ["c.yaml", "'model.d_model' must be int, got str 'wide'"]),
-    Case("section-not-mapping", lambda w: w.train(w.config("model: 64\n")),
-         ["c.yaml", "section 'model' must be a mapping, got int"]),
-    Case("heads-not-dividing", lambda w: w.train(w.tiny("n_heads: 4", "n_heads: 3")),
-         ["c.yaml", "'model.n_heads' must divide model.d_model=64, got 3"]),
-    Case("negative-size", lambda w: w.train(w.tiny("d_ff: 128", "d_ff: -128")),
-         ["c.yaml", "'model.d_ff' must be positive, got -128"]),
-    Case("dropout-ge-1", lambda w: w.train(w.tiny("  dropout: 0.0", "  dropout: 1.0")),
-         ["c.yaml", "'model.dropout' must be in [0, 1), got 1.0"]),
-    Case("bad-choice", lambda w: w.train(w.tiny("norm: post", "norm: middle")),
-         ["c.yaml", "'model.norm' must be one of post, pre, got 'middle'"]),
-    Case("same-languages", lambda w: w.train(w.tiny("tgt_lang: de", "tgt_lang: en")),
-         ["c.yaml", "'data.tgt_lang' must differ from data.src_lang ('en')"]),
-    Case("length-over-positions", lambda w: w.train(TINY, "data.max_length=200"),
-         ["tiny.yaml", "'model.max_positions' must exceed data.max_length + 1 = 201, got 128"]),
-    Case("set-unknown-key", lambda w: w.train(TINY, "train.max_token=5"),
-         ["--set train.max_token=5", "unknown key 'train.max_token'", "did you mean 'max_tokens'"]),
-    Case("set-wrong-type", lambda w: w.train(TINY, "train.max_steps=ten"),
-         ["--set train.max_steps=ten", "'train.max_steps' must be int, got str 'ten'"]),
-    Case("set-malformed", lambda w: w.train(TINY, "train.max_tokens"),
-         ["--set train.max_tokens", "expected section.key=value"]),
-    Case("set-bad-device", lambda w: w.train(TINY, "train.device=gpu"),
-         ["'train.device' must be auto, cpu, cuda or cuda:N, got 'gpu'"]),
-    Case("data-dir-missing", lambda w: w.train(TINY, f"data.local_dir={w.root / 'gone'}"),
-         ["'data.local_dir' is not a directory", "gone"]),
+    Case(
+        "config-not-mapping",
+        lambda w: w.train(w.config("- model\n- data\n")),
+        ["c.yaml", "top level must be a mapping", "got list"],
+    ),
+    Case(
+        "config-not-utf8",
+        lambda w: w.train(w.config(TINY.read_bytes().replace(b"residual", b"r\xe9sidual"))),
+        ["c.yaml", "not a UTF-8 text file"],
+    ),
+    Case(
+        "unknown-section",
+        lambda w: w.train(w.tiny("model:", "modle:")),
+        ["c.yaml", "unknown section 'modle'", "did you mean 'model'"],
+    ),
+    Case(
+        "unknown-key",
+        lambda w: w.train(w.tiny("n_heads: 4", "n_head: 4")),
+        ["c.yaml", "unknown key 'model.n_head'", "did you mean 'n_heads'"],
+    ),
+    Case(
+        "wrong-type",
+        lambda w: w.train(w.tiny("d_model: 64", "d_model: wide")),
+        ["c.yaml", "'model.d_model' must be int, got str 'wide'"],
+    ),
+    Case(
+        "section-not-mapping",
+        lambda w: w.train(w.config("model: 64\n")),
+        ["c.yaml", "section 'model' must be a mapping, got int"],
+    ),
+    Case(
+        "heads-not-dividing",
+        lambda w: w.train(w.tiny("n_heads: 4", "n_heads: 3")),
+        ["c.yaml", "'model.n_heads' must divide model.d_model=64, got 3"],
+    ),
+    Case(
+        "negative-size",
+        lambda w: w.train(w.tiny("d_ff: 128", "d_ff: -128")),
+        ["c.yaml", "'model.d_ff' must be positive, got -128"],
+    ),
+    Case(
+        "dropout-ge-1",
+        lambda w: w.train(w.tiny("  dropout: 0.0", "  dropout: 1.0")),
+        ["c.yaml", "'model.dropout' must be in [0, 1), got 1.0"],
+    ),
+    Case(
+        "bad-choice",
+        lambda w: w.train(w.tiny("norm: post", "norm: middle")),
+        ["c.yaml", "'model.norm' must be one of post, pre, got 'middle'"],
+    ),
+    Case(
+        "same-languages",
+        lambda w: w.train(w.tiny("tgt_lang: de", "tgt_lang: en")),
+        ["c.yaml", "'data.tgt_lang' must differ from data.src_lang ('en')"],
+    ),
+    Case(
+        "length-over-positions",
+        lambda w: w.train(TINY, "data.max_length=200"),
+        ["tiny.yaml", "'model.max_positions' must exceed data.max_length + 1 = 201, got 128"],
+    ),
+    Case(
+        "set-unknown-key",
+        lambda w: w.train(TINY, "train.max_token=5"),
+        ["--set train.max_token=5", "unknown key 'train.max_token'", "did you mean 'max_tokens'"],
+    ),
+    Case(
+        "set-wrong-type",
+        lambda w: w.train(TINY, "train.max_steps=ten"),
+        ["--set train.max_steps=ten", "'train.max_steps' must be int, got str 'ten'"],
+    ),
+    Case(
+        "set-malformed",
+        lambda w: w.train(TINY, "train.max_tokens"),
+        ["--set train.max_tokens", "expected section.key=value"],
+    ),
+    Case(
+        "set-bad-device",
+        lambda w: w.train(TINY, "train.device=gpu"),
+        ["'train.device' must be auto, cpu, cuda or cuda:N, got 'gpu'"],
+    ),
+    Case(
+        "data-dir-missing",
+        lambda w: w.train(TINY, f"data.local_dir={w.root / 'gone'}"),
+        ["'data.local_dir' is not a directory", "gone"],
+    ),
     # --- data files (a copy of the toy corpus, broken)
-    Case("pair-file-missing", lambda w: (w.toy.joinpath("valid.de").unlink(), w.train_on_toy())[1],
-         ["found valid.en but not its pair valid.de", "{root}/toy"]),
-    Case("split-missing", lambda w: w.train_on_toy("data.valid_split=dev2"), ["no files for split 'dev2'", "{root}/toy"]),
-    Case("line-counts-differ", lambda w: (drop_last_line(w.toy / "train.de"), w.train_on_toy())[1],
-         ["line counts differ", "{root}/toy/train.en has 2000 lines", "{root}/toy/train.de has 1999"]),
-    Case("empty-file", lambda w: ((w.toy / "valid.en").write_bytes(b""), w.train_on_toy())[1],
-         ["{root}/toy/valid.en: file is empty"]),
-    Case("binary-file", lambda w: ((w.toy / "valid.en").write_bytes(bytes(range(256)) * 8), w.train_on_toy())[1],
-         ["{root}/toy/valid.en: binary file (contains NUL bytes)"]),
-    Case("not-utf8-line", lambda w: (replace_bytes(w.toy / "valid.de", 6, b"K\xe4se"), w.train_on_toy())[1],
-         ["{root}/toy/valid.de:7: not valid UTF-8"]),
-    Case("corrupt-gzip", lambda w: (w.toy.joinpath("valid.en").rename(w.toy / "valid.en.gz"), w.train_on_toy())[1],
-         ["cannot read {root}/toy/valid.en.gz", "Not a gzipped file"]),
-    Case("jsonl-missing-language", lambda w: (jsonl(w, ['{"en": "A cat.", "fr": "Un chat."}']), w.train_on_toy())[1],
-         ["{root}/toy/valid.jsonl:1: missing language field 'de' (fields: en, fr)"]),
-    Case("jsonl-invalid-json", lambda w: (jsonl(w, ['{"en": "a", "de": "b"}'] * 2 + ['{"en": "a", "de": ']),
-                                          w.train_on_toy())[1],
-         ["{root}/toy/valid.jsonl:3: invalid JSON"]),
-    Case("jsonl-field-not-string", lambda w: (jsonl(w, ['{"translation": {"en": "a", "de": 5}}']), w.train_on_toy())[1],
-         ["{root}/toy/valid.jsonl:1: field 'de' must be a string"]),
-    Case("hub-missing-language", lambda w: (w.root.joinpath("hub").mkdir(),
-                                            w.root.joinpath("hub", "train.jsonl").write_text('{"en": "a", "fr": "b"}\n'),
-                                            w.train(TINY, "data.local_dir=null", f"data.dataset={w.root / 'hub'}"))[2],
-         ["hub:{root}/hub/train: no fields 'en'/'de' or 'translation' (columns: en, fr)"],
-         env={"HF_HOME": "{root}/hf", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-              "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}),
-    Case("nothing-left-after-filtering", lambda w: w.train_on_toy("data.max_length=1"),
-         ["{root}/toy/train.en+train.de: no training pairs left after filtering"]),
+    Case(
+        "pair-file-missing",
+        lambda w: (w.toy.joinpath("valid.de").unlink(), w.train_on_toy())[1],
+        ["found valid.en but not its pair valid.de", "{root}/toy"],
+    ),
+    Case(
+        "split-missing", lambda w: w.train_on_toy("data.valid_split=dev2"), ["no files for split 'dev2'", "{root}/toy"]
+    ),
+    Case(
+        "line-counts-differ",
+        lambda w: (drop_last_line(w.toy / "train.de"), w.train_on_toy())[1],
+        ["line counts differ", "{root}/toy/train.en has 2000 lines", "{root}/toy/train.de has 1999"],
+    ),
+    Case(
+        "empty-file",
+        lambda w: ((w.toy / "valid.en").write_bytes(b""), w.train_on_toy())[1],
+        ["{root}/toy/valid.en: file is empty"],
+    ),
+    Case(
+        "binary-file",
+        lambda w: ((w.toy / "valid.en").write_bytes(bytes(range(256)) * 8), w.train_on_toy())[1],
+        ["{root}/toy/valid.en: binary file (contains NUL bytes)"],
+    ),
+    Case(
+        "not-utf8-line",
+        lambda w: (replace_bytes(w.toy / "valid.de", 6, b"K\xe4se"), w.train_on_toy())[1],
+        ["{root}/toy/valid.de:7: not valid UTF-8"],
+    ),
+    Case(
+        "corrupt-gzip",
+        lambda w: (w.toy.joinpath("valid.en").rename(w.toy / "valid.en.gz"), w.train_on_toy())[1],
+        ["cannot read {root}/toy/valid.en.gz", "Not a gzipped file"],
+    ),
+    Case(
+        "jsonl-missing-language",
+        lambda w: (jsonl(w, ['{"en": "A cat.", "fr": "Un chat."}']), w.train_on_toy())[1],
+        ["{root}/toy/valid.jsonl:1: missing language field 'de' (fields: en, fr)"],
+    ),
+    Case(
+        "jsonl-invalid-json",
+        lambda w: (jsonl(w, ['{"en": "a", "de": "b"}'] * 2 + ['{"en": "a", "de": ']), w.train_on_toy())[1],
+        ["{root}/toy/valid.jsonl:3: invalid JSON"],
+    ),
+    Case(
+        "jsonl-field-not-string",
+        lambda w: (jsonl(w, ['{"translation": {"en": "a", "de": 5}}']), w.train_on_toy())[1],
+        ["{root}/toy/valid.jsonl:1: field 'de' must be a string"],
+    ),
+    Case(
+        "hub-missing-language",
+        lambda w: (
+            w.root.joinpath("hub").mkdir(),
+            w.root.joinpath("hub", "train.jsonl").write_text('{"en": "a", "fr": "b"}\n'),
+            w.train(TINY, "data.local_dir=null", f"data.dataset={w.root / 'hub'}"),
+        )[2],
+        ["hub:{root}/hub/train: no fields 'en'/'de' or 'translation' (columns: en, fr)"],
+        env={
+            "HF_HOME": "{root}/hf",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        },
+    ),
+    Case(
+        "nothing-left-after-filtering",
+        lambda w: w.train_on_toy("data.max_length=1"),
+        ["{root}/toy/train.en+train.de: no training pairs left after filtering"],
+    ),
     # --- run directories and checkpoints (a copy of a trained tiny run, broken)
     Case("run-dir-missing", lambda w: ["eval", str(w.root / "absent")], ["run directory not found: {root}/absent"]),
-    Case("not-a-run-dir", lambda w: ["translate", str(w.toy), "A cat."],
-         ["{root}/toy is not a mhatrain run directory (no config.yaml)"]),
-    Case("no-checkpoint-yet", lambda w: ([p.unlink() for p in w.checkpoints()], ["eval", str(w.run)])[1],
-         ["{root}/run: no checkpoint yet"]),
-    Case("checkpoints-truncated", lambda w: ([truncate(p) for p in w.checkpoints()],
-                                             ["translate", str(w.run), "A cat."])[1],
-         ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader "
-          "failed reading zip archive: failed finding central directory); last.pt: damaged", "last.prev.pt: damaged"]),
-    Case("eval-best-damaged", lambda w: (truncate(w.run / "best.pt"), ["eval", str(w.run)])[1],
-         ["{root}/run/best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader failed reading zip archive",
-          "the best checkpoint cannot be evaluated (--checkpoint last evaluates the latest training state)"]),
-    Case("checkpoints-garbage", lambda w: ([p.write_bytes(os.urandom(4096)) for p in w.checkpoints()],
-                                           ["translate", str(w.run), "A cat."])[1],
-         ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint"]),
-    Case("checkpoint-runs-code", lambda w: (runs_code_checkpoints(w), ["translate", str(w.run), "A cat."])[1],
-         ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint "
-          "(refused by the weights-only loader: Unsupported global"]),
-    Case("checkpoint-other-vocab", lambda w: (set_vocab_fingerprint(w.run / "best.pt", "0123456789abcdef"),
-                                              ["translate", str(w.run), "A cat."])[1],
-         ["{root}/run: checkpoint was made with a different vocabulary than spm.model"]),
-    Case("tokenizer-garbage", lambda w: ((w.run / "spm.model").write_bytes(b"not a sentencepiece model"),
-                                         ["translate", str(w.run), "A cat."])[1],
-         ["cannot load tokenizer {root}/run/spm.model"]),
-    Case("tokenizer-missing", lambda w: ((w.run / "spm.model").unlink(), ["eval", str(w.run)])[1],
-         ["{root}/run: tokenizer spm.model is missing"]),
-    Case("run-config-edited", lambda w: (replace_in(w.run / "config.yaml", "d_model: 64", "d_model: 128"),
-                                         ["eval", str(w.run)])[1],
-         ["{root}/run/best.pt: made with a different config: model.d_model (64 vs 128)"]),
-    Case("run-config-broken", lambda w: (replace_in(w.run / "config.yaml", "d_model: 64", "d_model: [64"),
-                                         ["translate", str(w.run), "A cat."])[1],
-         ["{root}/run/config.yaml at line", "invalid YAML"]),
-    Case("resume-other-config", lambda w: w.train(TINY, "model.d_ff=256", out=w.run) + ["--resume"],
-         ["{root}/run/last.pt: made with a different config: model.d_ff (128 vs 256)"]),
-    Case("resume-other-vocab", lambda w: (set_vocab_fingerprint(w.run / "last.pt", "0123456789abcdef"),
-                                          w.train(TINY, out=w.run) + ["--resume"])[1],
-         ["{root}/run/last.pt: made with a different vocabulary (tokenizer differs)"]),
-    Case("resume-all-damaged", lambda w: ([truncate(w.run / n) for n in ("last.pt", "last.prev.pt")],
-                                          w.train(TINY, out=w.run) + ["--resume"])[1],
-         ["no readable checkpoint in {root}/run", "{root}/run/last.prev.pt: damaged"]),
-    Case("resume-nothing-there", lambda w: (w.out.mkdir(), w.train(TINY) + ["--resume"])[1],
-         ["nothing to resume in {root}/out: not a run directory (no config.yaml)"]),
-    Case("train-over-a-run", lambda w: w.train(TINY, out=w.run),
-         ["{root}/run already holds a training run: pass --resume"]),
-    Case("out-dir-unwritable", lambda w: w.train(TINY, out=blocker(w) / "run"),
-         ["cannot create run directory {root}/a-file/run"]),
-    Case("attention-out-unwritable", lambda w: ["attention", str(w.run), "A cat.", "--out", str(blocker(w) / "maps")],
-         ["cannot write to {root}/a-file/maps"]),
+    Case(
+        "not-a-run-dir",
+        lambda w: ["translate", str(w.toy), "A cat."],
+        ["{root}/toy is not a mhatrain run directory (no config.yaml)"],
+    ),
+    Case(
+        "no-checkpoint-yet",
+        lambda w: ([p.unlink() for p in w.checkpoints()], ["eval", str(w.run)])[1],
+        ["{root}/run: no checkpoint yet"],
+    ),
+    Case(
+        "checkpoints-truncated",
+        lambda w: ([truncate(p) for p in w.checkpoints()], ["translate", str(w.run), "A cat."])[1],
+        [
+            "{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader "
+            "failed reading zip archive: failed finding central directory); last.pt: damaged",
+            "last.prev.pt: damaged",
+        ],
+    ),
+    Case(
+        "eval-best-damaged",
+        lambda w: (truncate(w.run / "best.pt"), ["eval", str(w.run)])[1],
+        [
+            "{root}/run/best.pt: damaged or not a mhatrain checkpoint (PytorchStreamReader failed reading zip archive",
+            "the best checkpoint cannot be evaluated (--checkpoint last evaluates the latest training state)",
+        ],
+    ),
+    Case(
+        "checkpoints-garbage",
+        lambda w: ([p.write_bytes(os.urandom(4096)) for p in w.checkpoints()], ["translate", str(w.run), "A cat."])[1],
+        ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint"],
+    ),
+    Case(
+        "checkpoint-runs-code",
+        lambda w: (runs_code_checkpoints(w), ["translate", str(w.run), "A cat."])[1],
+        [
+            "{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint "
+            "(refused by the weights-only loader: Unsupported global"
+        ],
+    ),
+    Case(
+        "checkpoint-other-vocab",
+        lambda w: (set_vocab_fingerprint(w.run / "best.pt", "0123456789abcdef"), ["translate", str(w.run), "A cat."])[
+            1
+        ],
+        ["{root}/run: checkpoint was made with a different vocabulary than spm.model"],
+    ),
+    Case(
+        "tokenizer-garbage",
+        lambda w: (
+            (w.run / "spm.model").write_bytes(b"not a sentencepiece model"),
+            ["translate", str(w.run), "A cat."],
+        )[1],
+        ["cannot load tokenizer {root}/run/spm.model"],
+    ),
+    Case(
+        "tokenizer-missing",
+        lambda w: ((w.run / "spm.model").unlink(), ["eval", str(w.run)])[1],
+        ["{root}/run: tokenizer spm.model is missing"],
+    ),
+    Case(
+        "run-config-edited",
+        lambda w: (replace_in(w.run / "config.yaml", "d_model: 64", "d_model: 128"), ["eval", str(w.run)])[1],
+        ["{root}/run/best.pt: made with a different config: model.d_model (64 vs 128)"],
+    ),
+    Case(
+        "run-config-broken",
+        lambda w: (
+            replace_in(w.run / "config.yaml", "d_model: 64", "d_model: [64"),
+            ["translate", str(w.run), "A cat."],
+        )[1],
+        ["{root}/run/config.yaml at line", "invalid YAML"],
+    ),
+    Case(
+        "resume-other-config",
+        lambda w: w.train(TINY, "model.d_ff=256", out=w.run) + ["--resume"],
+        ["{root}/run/last.pt: made with a different config: model.d_ff (128 vs 256)"],
+    ),
+    Case(
+        "resume-other-vocab",
+        lambda w: (
+            set_vocab_fingerprint(w.run / "last.pt", "0123456789abcdef"),
+            w.train(TINY, out=w.run) + ["--resume"],
+        )[1],
+        ["{root}/run/last.pt: made with a different vocabulary (tokenizer differs)"],
+    ),
+    Case(
+        "resume-all-damaged",
+        lambda w: ([truncate(w.run / n) for n in ("last.pt", "last.prev.pt")], w.train(TINY, out=w.run) + ["--resume"])[
+            1
+        ],
+        ["no readable checkpoint in {root}/run", "{root}/run/last.prev.pt: damaged"],
+    ),
+    Case(
+        "resume-nothing-there",
+        lambda w: (w.out.mkdir(), w.train(TINY) + ["--resume"])[1],
+        ["nothing to resume in {root}/out: not a run directory (no config.yaml)"],
+    ),
+    Case(
+        "train-over-a-run",
+        lambda w: w.train(TINY, out=w.run),
+        ["{root}/run already holds a training run: pass --resume"],
+    ),
+    Case(
+        "out-dir-unwritable",
+        lambda w: w.train(TINY, out=blocker(w) / "run"),
+        ["cannot create run directory {root}/a-file/run"],
+    ),
+    Case(
+        "attention-out-unwritable",
+        lambda w: ["attention", str(w.run), "A cat.", "--out", str(blocker(w) / "maps")],
+        ["cannot write to {root}/a-file/maps"],
+    ),
     # --- translate input
     Case("empty-argument", lambda w: ["translate", str(w.run), "A cat.", "   "], ["argument 2: empty input"]),
-    Case("overlong-argument", lambda w: ["translate", str(w.run), "cat " * 5000],
-         ["argument 1: input of 20000 characters is over the limit of 10000"]),
+    Case(
+        "overlong-argument",
+        lambda w: ["translate", str(w.run), "cat " * 5000],
+        ["argument 1: input of 20000 characters is over the limit of 10000"],
+    ),
     Case("empty-stdin", lambda w: ["translate", str(w.run)], ["no input: give sentences as arguments or on stdin"]),
-    Case("blank-stdin-line", lambda w: ["translate", str(w.run)], ["stdin line 2: empty input"],
-         stdin=b"A cat.\n\nA dog.\n"),
-    Case("stdin-not-utf8", lambda w: ["translate", str(w.run)], ["stdin line 2: not valid UTF-8 (byte 1)"],
-         stdin=b"A cat.\nK\xe4se.\n"),
+    Case(
+        "blank-stdin-line",
+        lambda w: ["translate", str(w.run)],
+        ["stdin line 2: empty input"],
+        stdin=b"A cat.\n\nA dog.\n",
+    ),
+    Case(
+        "stdin-not-utf8",
+        lambda w: ["translate", str(w.run)],
+        ["stdin line 2: not valid UTF-8 (byte 1)"],
+        stdin=b"A cat.\nK\xe4se.\n",
+    ),
     # --- command options
     Case("eval-beam-0", lambda w: ["eval", str(w.run), "--beam", "0"], ["Invalid value for '--beam'"]),
     Case("eval-alpha-negative", lambda w: ["eval", str(w.run), "--alpha", "-1"], ["Invalid value for '--alpha'"]),
-    Case("eval-checkpoint-bogus", lambda w: ["eval", str(w.run), "--checkpoint", "newest"],
-         ["--checkpoint must be best, last", "got 'newest'"]),
-    Case("eval-split-unknown", lambda w: ["eval", str(w.run), "--split", "nosuch"],
-         ["no files for split 'nosuch'", str(TOY)]),
-    Case("eval-set-changes-architecture", lambda w: ["eval", str(w.run), "--set", "model.n_heads=8"],
-         ["--set model.n_heads=8: the model was trained with model.n_heads=4"]),
-    Case("attention-layer-out-of-range", lambda w: ["attention", str(w.run), "A cat.", "--layer", "9"],
-         ["--layer 9: encoder self-attention has layers 1..2"]),
-    Case("attention-layer-not-number", lambda w: ["attention", str(w.run), "A cat.", "--layer", "first"],
-         ["--layer must be a layer number (from 1) or all, got 'first'"]),
-    Case("attention-kind-bogus", lambda w: ["attention", str(w.run), "A cat.", "--kind", "self"],
-         ["--kind must be one of enc-self, dec-self, cross or all, got 'self'"]),
+    Case(
+        "eval-checkpoint-bogus",
+        lambda w: ["eval", str(w.run), "--checkpoint", "newest"],
+        ["--checkpoint must be best, last", "got 'newest'"],
+    ),
+    Case(
+        "eval-split-unknown",
+        lambda w: ["eval", str(w.run), "--split", "nosuch"],
+        ["no files for split 'nosuch'", str(TOY)],
+    ),
+    Case(
+        "eval-set-changes-architecture",
+        lambda w: ["eval", str(w.run), "--set", "model.n_heads=8"],
+        ["--set model.n_heads=8: the model was trained with model.n_heads=4"],
+    ),
+    Case(
+        "attention-layer-out-of-range",
+        lambda w: ["attention", str(w.run), "A cat.", "--layer", "9"],
+        ["--layer 9: encoder self-attention has layers 1..2"],
+    ),
+    Case(
+        "attention-layer-not-number",
+        lambda w: ["attention", str(w.run), "A cat.", "--layer", "first"],
+        ["--layer must be a layer number (from 1) or all, got 'first'"],
+    ),
+    Case(
+        "attention-kind-bogus",
+        lambda w: ["attention", str(w.run), "A cat.", "--kind", "self"],
+        ["--kind must be one of enc-self, dec-self, cross or all, got 'self'"],
+    ),
     Case("attention-empty-sentence", lambda w: ["attention", str(w.run), " "], ["empty sentence"]),
-    Case("heads-metric-bogus", lambda w: ["heads", str(w.run), "--metric", "accuracy"],
-         ["--metric must be bleu or loss, got 'accuracy'"]),
-    Case("heads-checkpoint-bogus", lambda w: ["heads", str(w.run), "--checkpoint", "first"],
-         ["--checkpoint must be best or last, got 'first'"]),
-    Case("heads-max-sentences-negative", lambda w: ["heads", str(w.run), "--max-sentences", "-1"],
-         ["Invalid value for '--max-sentences'"]),
+    Case(
+        "heads-metric-bogus",
+        lambda w: ["heads", str(w.run), "--metric", "accuracy"],
+        ["--metric must be bleu or loss, got 'accuracy'"],
+    ),
+    Case(
+        "heads-checkpoint-bogus",
+        lambda w: ["heads", str(w.run), "--checkpoint", "first"],
+        ["--checkpoint must be best or last, got 'first'"],
+    ),
+    Case(
+        "heads-max-sentences-negative",
+        lambda w: ["heads", str(w.run), "--max-sentences", "-1"],
+        ["Invalid value for '--max-sentences'"],
+    ),
     Case("unknown-command", lambda w: ["trian", str(TINY)], ["No such command 'trian'"]),
     Case("unknown-option", lambda w: ["eval", str(w.run), "--bem", "3"], ["No such option: --bem", "eval --help"]),
     Case("missing-argument", lambda w: ["translate"], ["Missing argument", "translate --help"]),

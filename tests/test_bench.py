@@ -52,8 +52,24 @@ def assert_consistent(result: dict, peers: set[str], unit: str) -> None:
 
 def test_attention_bench_through_the_cli_writes_json_and_markdown(tmp_path):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
-    result = run_cli("bench", "attention", "--quick", "--heads", "8,32", "--precision", "both", "--no-memory",
-                     "--repeats", "2", "--threads", "1", "--json", str(out_json), "--markdown", str(out_md))
+    result = run_cli(
+        "bench",
+        "attention",
+        "--quick",
+        "--heads",
+        "8,32",
+        "--precision",
+        "both",
+        "--no-memory",
+        "--repeats",
+        "2",
+        "--threads",
+        "1",
+        "--json",
+        str(out_json),
+        "--markdown",
+        str(out_md),
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "mhatrain bench attention" in result.stdout and ("PASS" in result.stdout or "MISS" in result.stdout)
     payload = json.loads(out_json.read_text())
@@ -64,8 +80,11 @@ def test_attention_bench_through_the_cli_writes_json_and_markdown(tmp_path):
     assert {r["case"] for r in attention["rows"]} == {"h=8 fp32", "h=32 fp32", "h=8 bf16", "h=32 bf16"}
     assert len(attention["checks"]) == 4  # one equal-output check per (h, precision)
     assert {(t["case"], t["peer"], t["minimum"]) for t in attention["targets"]} == {
-        ("h=8 fp32", "nn.MultiheadAttention", 1.0), ("h=32 fp32", "nn.MultiheadAttention", 1.0),
-        ("h=8 bf16", "nn.MultiheadAttention", 1.0), ("h=32 bf16", "nn.MultiheadAttention", 1.0)}
+        ("h=8 fp32", "nn.MultiheadAttention", 1.0),
+        ("h=32 fp32", "nn.MultiheadAttention", 1.0),
+        ("h=8 bf16", "nn.MultiheadAttention", 1.0),
+        ("h=32 bf16", "nn.MultiheadAttention", 1.0),
+    }
     markdown = out_md.read_text()
     assert "### mhatrain bench attention" in markdown and "| h=32 bf16 | article loop |" in markdown
 
@@ -82,7 +101,10 @@ def test_train_bench_reports_flops_against_the_measured_peak():
         assert row.metrics["gflops"] * 1e9 == pytest.approx(flops / row.time.median, rel=1e-3)
         assert row.metrics["bf16_peak_share"] == pytest.approx(row.metrics["gflops"] / peak_bf16, rel=2e-3)
     assert {(t.peer, t.metric) for t in result.targets} == {
-        ("nn.Transformer", "ratio"), ("MarianMT", "ratio"), (OURS, "bf16_peak_share")}
+        ("nn.Transformer", "ratio"),
+        ("MarianMT", "ratio"),
+        (OURS, "bf16_peak_share"),
+    }
 
 
 def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
@@ -92,14 +114,26 @@ def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
     assert {r.case for r in result.rows} == {"greedy fp32", "beam 4 fp32"}
     tokens = {row.metrics["tokens_per_sentence"] for row in result.rows}
     assert tokens == {7.0}  # --quick: 6 tokens + EOS for every peer
-    assert {(t.case, t.peer) for t in result.targets} == {("beam 4 fp32", "ours, no cache"), ("beam 4 fp32", "HF generate"),
-                                                          ("greedy fp32", "HF generate")}
+    assert {(t.case, t.peer) for t in result.targets} == {
+        ("beam 4 fp32", "ours, no cache"),
+        ("beam 4 fp32", "HF generate"),
+        ("greedy fp32", "HF generate"),
+    }
 
 
 def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
     pytest.importorskip("transformers")
-    options = BenchOptions(config=TINY, overrides=(f"data.cache_dir={spm_cache}",), data_dir=TOY, batches=1,
-                           precisions=("fp32",), memory=False, repeats=1, warmup=0, threads=1)
+    options = BenchOptions(
+        config=TINY,
+        overrides=(f"data.cache_dir={spm_cache}",),
+        data_dir=TOY,
+        batches=1,
+        precisions=("fp32",),
+        memory=False,
+        repeats=1,
+        warmup=0,
+        threads=1,
+    )
     (result,) = run_benches(["train"], options)
     assert_consistent(result.to_dict(), {OURS, "nn.Transformer", "MarianMT"}, "tokens/s")
     assert "train" in result.settings["batches"] and "synthetic" not in result.settings["batches"]
@@ -108,11 +142,29 @@ def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
 def test_decode_bench_with_a_trained_run_forces_generate_to_our_lengths(tmp_path, spm_cache):
     pytest.importorskip("transformers")
     run_dir = tmp_path / "run"
-    trained = run_cli("train", str(TINY), "--out", str(run_dir), "--set", f"data.cache_dir={spm_cache}",
-                      "--set", "train.max_steps=2", "--set", "train.valid_bleu=false")
+    trained = run_cli(
+        "train",
+        str(TINY),
+        "--out",
+        str(run_dir),
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "train.valid_bleu=false",
+    )
     assert trained.returncode == 0, trained.stderr + trained.stdout
-    options = BenchOptions(checkpoint=run_dir, beams=(4,), max_sentences=6, precisions=("fp32",), memory=False,
-                           repeats=1, warmup=0, threads=1)
+    options = BenchOptions(
+        checkpoint=run_dir,
+        beams=(4,),
+        max_sentences=6,
+        precisions=("fp32",),
+        memory=False,
+        repeats=1,
+        warmup=0,
+        threads=1,
+    )
     (result,) = run_benches(["decode"], options)
     assert_consistent(result.to_dict(), {OURS, "ours, no cache", "HF generate"}, "sentences/s")
     assert result.settings["weights"] == f"trained: {run_dir}"
@@ -141,14 +193,26 @@ def test_an_unknown_bench_is_a_one_line_error():
     assert len(lines) == 1 and lines[0] == "error: unknown bench 'attentoin': choose from attention, train, decode"
 
 
-@pytest.mark.parametrize("call, fragment", [
-    (lambda: check_options(["attention"], BenchOptions(heads=(1, 3)), heads_given=True), "h=3 does not divide d_model=256"),
-    (lambda: check_options(["decode"], BenchOptions(heads=(8,)), heads_given=True), "--heads applies to `mhatrain bench attention` only"),
-    (lambda: check_options(["train"], BenchOptions(checkpoint=Path("x")), heads_given=False), "--checkpoint applies to"),
-    (lambda: parse_int_list("8,x", "--heads"), "--heads must be comma-separated positive integers"),
-    (lambda: parse_int_list("0", "--beams"), "--beams must be"),
-    (lambda: parse_precision("fp16"), "--precision must be fp32, bf16 or both"),
-])
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (
+            lambda: check_options(["attention"], BenchOptions(heads=(1, 3)), heads_given=True),
+            "h=3 does not divide d_model=256",
+        ),
+        (
+            lambda: check_options(["decode"], BenchOptions(heads=(8,)), heads_given=True),
+            "--heads applies to `mhatrain bench attention` only",
+        ),
+        (
+            lambda: check_options(["train"], BenchOptions(checkpoint=Path("x")), heads_given=False),
+            "--checkpoint applies to",
+        ),
+        (lambda: parse_int_list("8,x", "--heads"), "--heads must be comma-separated positive integers"),
+        (lambda: parse_int_list("0", "--beams"), "--beams must be"),
+        (lambda: parse_precision("fp16"), "--precision must be fp32, bf16 or both"),
+    ],
+)
 def test_bad_options_fail_before_measuring(call, fragment):
     with pytest.raises(MhatrainError) as caught:
         call()
@@ -164,14 +228,17 @@ def test_missing_transformers_is_a_one_line_error(monkeypatch):
 
 def allocating_step(mib: int, compile: bool = False):
     """A workload whose step holds `mib` MiB of float32 at its peak (for the memory test)."""
+
     def step():
         return float(torch.ones(mib * 2**18).sum())
+
     return step
 
 
 def test_peak_memory_is_measured_in_a_fresh_process():
-    mib, note = peak_memory_mib(Workload(__name__, "allocating_step", {"mib": 64}), torch.device("cpu"),
-                                compile=False, threads=1)
+    mib, note = peak_memory_mib(
+        Workload(__name__, "allocating_step", {"mib": 64}), torch.device("cpu"), compile=False, threads=1
+    )
     assert note == "" and 60 <= mib < 64 + 40
 
 
@@ -201,8 +268,9 @@ def test_torch_transformer_with_our_weights_is_our_model(norm):
     from mhatrain.bench.train import check_torch_transformer
     from mhatrain.data import collate
 
-    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, norm=norm,
-                      max_positions=64)
+    cfg = ModelConfig(
+        d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, norm=norm, max_positions=64
+    )
     batch = collate(synthetic_pairs(6, 50, seed=3), list(range(6)))
     check = check_torch_transformer(cfg, 50, batch, torch.device("cpu"), seed=1)
     assert check.passed, check.detail
@@ -248,10 +316,13 @@ def test_against_notices_a_checkout_that_computes_another_loss(tmp_path):
     assert not check.passed
 
 
-@pytest.mark.parametrize("names, path, fragment", [
-    (["train"], "no-such-dir", "not a checkout of mhatrain"),
-    (["decode"], ".", "--against applies to `mhatrain bench train` only"),
-])
+@pytest.mark.parametrize(
+    "names, path, fragment",
+    [
+        (["train"], "no-such-dir", "not a checkout of mhatrain"),
+        (["decode"], ".", "--against applies to `mhatrain bench train` only"),
+    ],
+)
 def test_bad_against_fails_before_measuring(names, path, fragment):
     with pytest.raises(MhatrainError) as caught:
         check_options(names, BenchOptions(against=Path(path)), heads_given=False)

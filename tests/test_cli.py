@@ -57,13 +57,16 @@ def test_translate_arguments_and_stdin(tiny_run):
     assert piped.stdout.splitlines() == args.stdout.splitlines()
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["train", "no-such.yaml"], ["config file not found: no-such.yaml"]),
-    (["train", str(TINY), "--set", "model.n_heads=3"], ["'model.n_heads' must divide model.d_model=64"]),
-    (["train", str(TINY), "--set", "train.max_tokens"], ["expected section.key=value"]),
-    (["eval", "/no/such/run"], ["run directory not found: /no/such/run"]),
-    (["translate", "/no/such/run", "hello"], ["run directory not found"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["train", "no-such.yaml"], ["config file not found: no-such.yaml"]),
+        (["train", str(TINY), "--set", "model.n_heads=3"], ["'model.n_heads' must divide model.d_model=64"]),
+        (["train", str(TINY), "--set", "train.max_tokens"], ["expected section.key=value"]),
+        (["eval", "/no/such/run"], ["run directory not found: /no/such/run"]),
+        (["translate", "/no/such/run", "hello"], ["run directory not found"]),
+    ],
+)
 def test_bad_input_gives_one_line_and_exit_2(args, fragments):
     assert_clean_error(run_cli(*args), *fragments)
 

@@ -13,8 +13,16 @@ from .test_cli import assert_clean_error
 
 def test_a_study_runs_as_jobs_and_a_rerun_resubmits_only_unfinished_points(tmp_path, spm_cache):
     out = tmp_path / "study"
-    sets = [arg for item in (f"data.cache_dir={spm_cache}", "train.max_steps=8", "train.valid_max_sentences=5",
-                             "train.tensorboard=true") for arg in ("--set", item)]
+    sets = [
+        arg
+        for item in (
+            f"data.cache_dir={spm_cache}",
+            "train.max_steps=8",
+            "train.valid_max_sentences=5",
+            "train.tensorboard=true",
+        )
+        for arg in ("--set", item)
+    ]
     command = ["ablate", str(TINY), "--heads", "1,8", "--out", str(out), "--executor", "local", "--cpus", "1", *sets]
     first = run_cli(*command)
     assert first.returncode == 0, first.stderr + first.stdout
@@ -28,7 +36,9 @@ def test_a_study_runs_as_jobs_and_a_rerun_resubmits_only_unfinished_points(tmp_p
         assert any((out / name / "tensorboard").iterdir())  # `tensorboard --logdir STUDY` overlays the points
     report = json.loads((out / "report.json").read_text())
     assert report["runs_done"] == 2 and {r["name"]: r["status"] for r in report["runs"]} == {
-        "h01-seed1": "done", "h08-seed1": "done"}
+        "h01-seed1": "done",
+        "h08-seed1": "done",
+    }
 
     (out / "h08-seed1" / "eval" / "test.beam3.json").unlink()
     untouched = snapshot(out / "h01-seed1")
@@ -48,7 +58,9 @@ def test_a_study_runs_as_jobs_and_a_rerun_resubmits_only_unfinished_points(tmp_p
 
 def test_executor_options_are_checked_before_anything_runs(tmp_path):
     study = ["ablate", str(TINY), "--heads", "1,8", "--out", str(tmp_path / "study")]
-    assert_clean_error(run_cli(*study, "--partition", "gpu"), "--partition, --time, --gpus and --cpus go with --executor")
+    assert_clean_error(
+        run_cli(*study, "--partition", "gpu"), "--partition, --time, --gpus and --cpus go with --executor"
+    )
     assert_clean_error(run_cli(*study, "--executor", "local", "--jobs", "2"), "--jobs applies to runs on this machine")
     assert_clean_error(run_cli(*study, "--executor", "pbs"), "--executor must be slurm or local")
     assert_clean_error(run_cli(*study, "--executor", "slurm", "--time", "0"), "--time must be positive")

@@ -60,28 +60,33 @@ def test_resolved_config_round_trips(tmp_path):
     assert load_config(tmp_path / "config.yaml") == cfg
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"modle": {}}, "unknown section 'modle' (did you mean 'model'?)"),
-    ({"model": {"n_head": 4}}, "unknown key 'model.n_head' (did you mean 'n_heads'?)"),
-    ({"model": {"d_model": "big"}}, "'model.d_model' must be int, got str"),
-    ({"model": {"d_model": 2.5}}, "'model.d_model' must be int, got float"),
-    ({"train": {"valid_bleu": "yes"}}, "'train.valid_bleu' must be bool"),
-    ({"model": {"d_model": 100, "n_heads": 8}}, "'model.n_heads' must divide model.d_model=100, got 8"),
-    ({"model": {"dropout": 1.0}}, "'model.dropout' must be in [0, 1), got 1.0"),
-    ({"model": {"dropout": -0.1}}, "'model.dropout' must be in [0, 1)"),
-    ({"model": {"d_ff": 0}}, "'model.d_ff' must be positive, got 0"),
-    ({"train": {"max_tokens": -5}}, "'train.max_tokens' must be positive, got -5"),
-    ({"model": {"norm": "middle"}}, "'model.norm' must be one of post, pre, got 'middle'"),
-    ({"data": {"local_dir": "/no/such/dir"}}, "'data.local_dir' is not a directory: /no/such/dir"),
-    ({"data": {"src_lang": "de"}}, "'data.tgt_lang' must differ from data.src_lang ('de')"),
-    ({"train": {"device": "gpu"}}, "'train.device' must be auto, cpu, cuda or cuda:N"),
-    ({"model": "wide"}, "section 'model' must be a mapping, got str"),
-    ({"train": {"tokens_per_update": 25000, "accum_steps": 2}},
-     "'train.tokens_per_update' and train.accum_steps=2 both set the batches per update"),
-    ({"train": {"tokens_per_update": 1000, "max_tokens": 4096}}, "'train.tokens_per_update' must be at least"),
-    ({"train": {"keep_checkpoints": -1}}, "'train.keep_checkpoints' must not be negative"),
-    ({"train": {"checkpoint_every_minutes": -1}}, "'train.checkpoint_every_minutes' must not be negative"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"modle": {}}, "unknown section 'modle' (did you mean 'model'?)"),
+        ({"model": {"n_head": 4}}, "unknown key 'model.n_head' (did you mean 'n_heads'?)"),
+        ({"model": {"d_model": "big"}}, "'model.d_model' must be int, got str"),
+        ({"model": {"d_model": 2.5}}, "'model.d_model' must be int, got float"),
+        ({"train": {"valid_bleu": "yes"}}, "'train.valid_bleu' must be bool"),
+        ({"model": {"d_model": 100, "n_heads": 8}}, "'model.n_heads' must divide model.d_model=100, got 8"),
+        ({"model": {"dropout": 1.0}}, "'model.dropout' must be in [0, 1), got 1.0"),
+        ({"model": {"dropout": -0.1}}, "'model.dropout' must be in [0, 1)"),
+        ({"model": {"d_ff": 0}}, "'model.d_ff' must be positive, got 0"),
+        ({"train": {"max_tokens": -5}}, "'train.max_tokens' must be positive, got -5"),
+        ({"model": {"norm": "middle"}}, "'model.norm' must be one of post, pre, got 'middle'"),
+        ({"data": {"local_dir": "/no/such/dir"}}, "'data.local_dir' is not a directory: /no/such/dir"),
+        ({"data": {"src_lang": "de"}}, "'data.tgt_lang' must differ from data.src_lang ('de')"),
+        ({"train": {"device": "gpu"}}, "'train.device' must be auto, cpu, cuda or cuda:N"),
+        ({"model": "wide"}, "section 'model' must be a mapping, got str"),
+        (
+            {"train": {"tokens_per_update": 25000, "accum_steps": 2}},
+            "'train.tokens_per_update' and train.accum_steps=2 both set the batches per update",
+        ),
+        ({"train": {"tokens_per_update": 1000, "max_tokens": 4096}}, "'train.tokens_per_update' must be at least"),
+        ({"train": {"keep_checkpoints": -1}}, "'train.keep_checkpoints' must not be negative"),
+        ({"train": {"checkpoint_every_minutes": -1}}, "'train.checkpoint_every_minutes' must not be negative"),
+    ],
+)
 def test_bad_values_name_key_and_file(tmp_path, data, expected):
     path = write(tmp_path, data)
     with pytest.raises(ConfigError) as err:
@@ -104,13 +109,16 @@ def test_missing_and_non_mapping_files(tmp_path):
         load_config(write(tmp_path, "- 1\n- 2\n"))
 
 
-@pytest.mark.parametrize("item, expected", [
-    ("train.max_tokens", "expected section.key=value"),
-    ("max_tokens=5", "expected section.key=value"),
-    ("train.max_token=5", "unknown key 'train.max_token' (did you mean 'max_tokens'?)"),
-    ("training.seed=1", "unknown section 'training'"),
-    ("train.seed=abc", "'train.seed' must be int, got str"),
-])
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("train.max_tokens", "expected section.key=value"),
+        ("max_tokens=5", "expected section.key=value"),
+        ("train.max_token=5", "unknown key 'train.max_token' (did you mean 'max_tokens'?)"),
+        ("training.seed=1", "unknown section 'training'"),
+        ("train.seed=abc", "'train.seed' must be int, got str"),
+    ],
+)
 def test_bad_overrides(item, expected):
     with pytest.raises(ConfigError) as err:
         apply_override(Config(), item)

@@ -32,10 +32,27 @@ TIMING = {"train_seconds", "valid_seconds"}  # wall-clock fields of the progress
 
 
 def train_args(out, spm_cache, *extra):
-    return ["train", str(TINY), "--out", str(out), "--set", f"data.cache_dir={spm_cache}",
-            "--set", "model.dropout=0.1", "--set", f"train.max_steps={MAX_STEPS}",
-            "--set", "train.checkpoint_every=5", "--set", "train.valid_every=20",
-            "--set", "train.valid_max_sentences=20", "--set", "train.log_every=5", *extra]
+    return [
+        "train",
+        str(TINY),
+        "--out",
+        str(out),
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "model.dropout=0.1",
+        "--set",
+        f"train.max_steps={MAX_STEPS}",
+        "--set",
+        "train.checkpoint_every=5",
+        "--set",
+        "train.valid_every=20",
+        "--set",
+        "train.valid_max_sentences=20",
+        "--set",
+        "train.log_every=5",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +122,13 @@ def test_kill_9_then_resume_gives_identical_weights(tmp_path, spm_cache, referen
 
 def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "mhatrain", *train_args(run, spm_cache)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mhatrain", *train_args(run, spm_cache)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (run / "metrics.jsonl").exists() and time.time() < deadline:  # written at update 1
         time.sleep(0.02)
@@ -128,8 +150,9 @@ def test_resume_before_the_first_checkpoint_starts_over_and_cleans_up(tmp_path, 
     from mhatrain.config import dump_config, load_config
     from mhatrain.train import train
 
-    config = load_config(TINY, [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.max_steps=3",
-                                "train.valid_bleu=false"])
+    config = load_config(
+        TINY, [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.max_steps=3", "train.valid_bleu=false"]
+    )
     fresh, killed = tmp_path / "fresh", tmp_path / "killed"
     train(config, fresh, console=Console(file=io.StringIO()))
     killed.mkdir()
@@ -145,8 +168,7 @@ def test_resume_before_the_first_checkpoint_starts_over_and_cleans_up(tmp_path, 
     assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in fresh.iterdir())
 
 
-def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, spm_cache,
-                                                                                      monkeypatch):
+def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, spm_cache, monkeypatch):
     import io
 
     from rich.console import Console
@@ -155,7 +177,6 @@ def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkp
     from mhatrain.errors import MhatrainError
     from mhatrain.train import train
 
-
     real_save, saves = torch.save, []
 
     def save(state, f):  # the third checkpoint (update 15) hits the full disk
@@ -163,8 +184,16 @@ def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkp
         real_save(state, FullDisk(f, 1 << 16) if len(saves) == 3 else f)
 
     monkeypatch.setattr(torch, "save", save)
-    config = load_config(TINY, [f"data.cache_dir={spm_cache}", "train.max_steps=20", "train.checkpoint_every=5",
-                                "train.valid_bleu=false", "train.log_every=1000"])
+    config = load_config(
+        TINY,
+        [
+            f"data.cache_dir={spm_cache}",
+            "train.max_steps=20",
+            "train.checkpoint_every=5",
+            "train.valid_bleu=false",
+            "train.log_every=1000",
+        ],
+    )
     run = tmp_path / "run"
     with pytest.raises(MhatrainError, match=r"cannot write .*\.last\.pt\.partial: No space left on device"):
         train(config, run, console=Console(file=io.StringIO()))

@@ -32,16 +32,35 @@ def from_metrics(run_dir) -> dict[str, list[tuple[int, float]]]:
 
 def test_tensorboard_scalars_equal_metrics_jsonl_across_a_crash_and_resume(tmp_path, spm_cache):
     out = tmp_path / "run"
-    sets = ["--set", f"data.cache_dir={spm_cache}", "--set", "train.log_every=3", "--set", "train.valid_every=6",
-            "--set", "train.valid_max_sentences=5", "--set", "train.max_steps=18"]
+    sets = [
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "train.log_every=3",
+        "--set",
+        "train.valid_every=6",
+        "--set",
+        "train.valid_max_sentences=5",
+        "--set",
+        "train.max_steps=18",
+    ]
     # killed in update 17: the events of update 15 are written, the last checkpoint is update 12's
     killed = run_cli("train", str(TINY), "--out", str(out), "--tensorboard", *sets, env={"MHATRAIN_FAULT": "update:17"})
     assert killed.returncode != 0 and read_board(out)["train/loss"][-1][0] == 15
     resumed = run_cli("train", str(TINY), "--out", str(out), "--resume", "--set", "train.tensorboard=true", *sets)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     board, metrics = read_board(out), from_metrics(out)
-    assert set(board) == {"train/loss", "train/nll", "train/lr", "train/grad_norm", "train/tokens_per_s",
-                          "train/padding", "valid/loss", "valid/ppl", "valid/bleu"}
+    assert set(board) == {
+        "train/loss",
+        "train/nll",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_s",
+        "train/padding",
+        "valid/loss",
+        "valid/ppl",
+        "valid/bleu",
+    }
     assert set(board) == set(metrics)
     assert [step for step, _ in board["valid/bleu"]] == [6, 12, 18]
     assert [step for step, _ in board["train/loss"]] == [1, 3, 6, 9, 12, 15, 18]  # 15 once: the first is purged
@@ -58,7 +77,16 @@ def test_tensorboard_without_the_package_is_a_one_line_error_before_training(tmp
     result = run_cli("train", str(TINY), "--out", str(tmp_path / "run"), "--tensorboard", env=env)
     assert_clean_error(result, "train.tensorboard needs the tensorboard package: pip install 'mhatrain[tensorboard]'")
     assert not (tmp_path / "run").exists()
-    study = run_cli("ablate", str(TINY), "--heads", "1,8", "--out", str(tmp_path / "study"),
-                    "--set", "train.tensorboard=true", env=env)
+    study = run_cli(
+        "ablate",
+        str(TINY),
+        "--heads",
+        "1,8",
+        "--out",
+        str(tmp_path / "study"),
+        "--set",
+        "train.tensorboard=true",
+        env=env,
+    )
     assert_clean_error(study, "train.tensorboard needs the tensorboard package")
     assert not (tmp_path / "study").exists()

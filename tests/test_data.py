@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 import torch
 
 from mhatrain import data as D
@@ -154,8 +153,7 @@ def test_tokenizer_is_cached_and_reused(toy_tokenizer):
     messages = []
     again = D.train_or_load_tokenizer(cfg, log=messages.append)
     assert again == tokenizer.path and "reusing cached" in messages[0]
-    other = D.train_or_load_tokenizer(
-        DataConfig(**{**cfg.__dict__, "vocab_size": 60}), log=lambda *_: None)
+    other = D.train_or_load_tokenizer(DataConfig(**{**cfg.__dict__, "vocab_size": 60}), log=lambda *_: None)
     assert other != tokenizer.path
 
 
@@ -201,12 +199,48 @@ def test_length_bucketing_keeps_padding_low(toy_tokenizer):
 # the same lengths, budget and seeds must give the same batches in the same order.
 FROZEN_LENGTHS = [(i * 7) % 23 + 2 for i in range(40)] + [70, 3]
 FROZEN_BATCHES = {
-    (3, 0): [[12, 35, 22], [18, 5, 28, 38], [32, 9, 19], [0, 23, 10, 41, 33, 20, 7, 30, 17], [15, 2, 25], [40],
-             [26, 3], [13, 36], [11, 34, 21, 8, 31], [27, 4, 14, 37, 24, 1], [6, 29], [16, 39]],
-    (3, 1): [[15, 25, 2], [27, 4, 37, 14, 1, 24], [12, 35, 22], [40], [39, 16], [32, 9, 19], [26, 3],
-             [34, 11, 21, 8, 31], [13, 36], [6, 29], [18, 5, 28, 38], [23, 0, 10, 33, 41, 20, 30, 7, 17]],
-    (None, 0): [[0, 23, 10, 33, 41, 20, 7, 30, 17], [4, 27, 14, 37, 1, 24], [11, 34, 21, 8, 31], [18, 5, 28, 15],
-                [38, 2, 25], [12, 35, 22], [9, 32, 19], [6, 29], [16, 39], [3, 26], [13, 36], [40]],
+    (3, 0): [
+        [12, 35, 22],
+        [18, 5, 28, 38],
+        [32, 9, 19],
+        [0, 23, 10, 41, 33, 20, 7, 30, 17],
+        [15, 2, 25],
+        [40],
+        [26, 3],
+        [13, 36],
+        [11, 34, 21, 8, 31],
+        [27, 4, 14, 37, 24, 1],
+        [6, 29],
+        [16, 39],
+    ],
+    (3, 1): [
+        [15, 25, 2],
+        [27, 4, 37, 14, 1, 24],
+        [12, 35, 22],
+        [40],
+        [39, 16],
+        [32, 9, 19],
+        [26, 3],
+        [34, 11, 21, 8, 31],
+        [13, 36],
+        [6, 29],
+        [18, 5, 28, 38],
+        [23, 0, 10, 33, 41, 20, 30, 7, 17],
+    ],
+    (None, 0): [
+        [0, 23, 10, 33, 41, 20, 7, 30, 17],
+        [4, 27, 14, 37, 1, 24],
+        [11, 34, 21, 8, 31],
+        [18, 5, 28, 15],
+        [38, 2, 25],
+        [12, 35, 22],
+        [9, 32, 19],
+        [6, 29],
+        [16, 39],
+        [3, 26],
+        [13, 36],
+        [40],
+    ],
 }
 
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import itertools
 import math
+
 import pytest
 import torch
 
 from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD
-from mhatrain.decode import (beam_search, best_reachable, greedy_search, length_limits, length_penalty,
-                             scored_beam_search)
+from mhatrain.decode import (
+    beam_search,
+    best_reachable,
+    greedy_search,
+    length_limits,
+    length_penalty,
+    scored_beam_search,
+)
 from mhatrain.model import build_model
 
 VOCAB = 30
@@ -19,8 +26,9 @@ ALPHA = 0.6
 FIXED_LIMIT = DecodeConfig(beam=4, alpha=ALPHA, max_len_a=0.0, max_len_b=12)
 
 
-def random_model(seed: int = 0, norm: str = "post", eos_after_some_tokens: bool = True, tie: bool = True,
-                 vocab: int = VOCAB):
+def random_model(
+    seed: int = 0, norm: str = "post", eos_after_some_tokens: bool = True, tie: bool = True, vocab: int = VOCAB
+):
     """d_model 32, 2 heads, 2+2 layers, no dropout.
 
     A random model rarely predicts EOS, so every search would run to the length limit. With
@@ -28,8 +36,17 @@ def random_model(seed: int = 0, norm: str = "post", eos_after_some_tokens: bool 
     embedding: EOS becomes likely after those tokens, and hypotheses end at different lengths.
     """
     torch.manual_seed(seed)
-    cfg = ModelConfig(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
-                      dropout=0.0, norm=norm, tie_embeddings=tie, max_positions=64)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        norm=norm,
+        tie_embeddings=tie,
+        max_positions=64,
+    )
     model = build_model(cfg, vocab).eval()
     if eos_after_some_tokens:
         with torch.no_grad():

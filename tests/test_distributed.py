@@ -33,8 +33,13 @@ from mhatrain.train import train
 
 from .conftest import ROOT, TINY, run_cli
 
-SETTINGS = ["model.dropout=0.0", "train.max_tokens=2048", "train.checkpoint_every=7", "train.valid_max_sentences=10",
-            "train.log_every=5"]
+SETTINGS = [
+    "model.dropout=0.0",
+    "train.max_tokens=2048",
+    "train.checkpoint_every=7",
+    "train.valid_max_sentences=10",
+    "train.log_every=5",
+]
 
 
 def tiny_config(spm_cache, *overrides):
@@ -54,9 +59,27 @@ def two_processes(tmp_path_factory, spm_cache):
     """Two processes started by torchrun, one batch each per update, 14 updates."""
     out = tmp_path_factory.mktemp("dist") / "two"
     sets = [arg for item in [f"data.cache_dir={spm_cache}", *SETTINGS, "train.max_steps=14"] for arg in ("--set", item)]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "mhatrain", "train", str(TINY), "--out", str(out), *sets],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env(OMP_NUM_THREADS="1"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "mhatrain",
+            "train",
+            str(TINY),
+            "--out",
+            str(out),
+            *sets,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(OMP_NUM_THREADS="1"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return out, result.stdout
 
@@ -86,21 +109,30 @@ def test_two_processes_train_like_one_process_on_the_same_batches(two_processes,
     assert stdout.count("batches: ≤2048 tokens × 1 accumulation × 2 processes = ≤4096 tokens per update") == 1
     assert stdout.count("run directory:") == 1 and stdout.count("done: reached max_steps=14") == 1
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["kind"], r["step"]) for r in records] == [("train", 1), ("train", 5), ("train", 10), ("valid", 12),
-                                                         ("valid", 14)]
+    assert [(r["kind"], r["step"]) for r in records] == [
+        ("train", 1),
+        ("train", 5),
+        ("train", 10),
+        ("valid", 12),
+        ("valid", 14),
+    ]
     summary = json.loads((out / "train_summary.json").read_text())
     assert (summary["world_size"], summary["tokens_per_update"], summary["updates"]) == (2, 4096, 14)
 
 
-def test_one_process_resumes_a_two_process_run_with_the_same_tokens_per_update(two_processes, one_process, tmp_path,
-                                                                             spm_cache):
+def test_one_process_resumes_a_two_process_run_with_the_same_tokens_per_update(
+    two_processes, one_process, tmp_path, spm_cache
+):
     run = tmp_path / "run"
     shutil.copytree(two_processes[0], run)
     before = (run / "last.pt").read_bytes()
     config = tiny_config(spm_cache, "train.max_steps=20")  # accum_steps 1, as the 2-process run had
-    with pytest.raises(CheckpointError, match=r"trained with 2 processes × 1 accumulation × 2048 = 4096 tokens per "
-                                              r"update; resuming with 1 process × 1 accumulation × 2048 = 2048 would "
-                                              r"change that: pass --keep-batch to keep 4096 \(train.accum_steps=2\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"trained with 2 processes × 1 accumulation × 2048 = 4096 tokens per "
+        r"update; resuming with 1 process × 1 accumulation × 2048 = 2048 would "
+        r"change that: pass --keep-batch to keep 4096 \(train.accum_steps=2\)",
+    ):
         train(config, run, resume=True, console=Console(file=io.StringIO()))
     assert (run / "last.pt").read_bytes() == before
 
@@ -116,16 +148,25 @@ def _saved(world, accum):
     return {"progress": {"world_size": world}, "config": {"train": {"accum_steps": accum}}}
 
 
-@pytest.mark.parametrize("saved, world, accum, change, expected", [
-    (_saved(2, 1), 1, 1, "keep", 2),  # 2 processes × 1 → 1 process × 2
-    (_saved(1, 4), 2, 4, "keep", 2),
-    (_saved(2, 1), 1, 2, "", 2),  # the same tokens per update, set by hand
-    (_saved(2, 1), 1, 1, "new", 1),  # half the tokens per update, accepted
-    ({"progress": {}, "config": {"train": {"accum_steps": 3}}}, 1, 3, "", 3),  # a checkpoint from before torchrun
-    (_saved(2, 1), 4, 1, "keep", "cannot be shared out evenly among 4 processes"),
-    (_saved(1, 1), 2, 1, "", "--keep-batch cannot keep 2048 with 2 processes, or --new-batch to continue with 4096"),
-    (_saved(1, 1), 1, 2, "", "pass --keep-batch to keep 2048 \\(train.accum_steps=1\\)"),
-])
+@pytest.mark.parametrize(
+    "saved, world, accum, change, expected",
+    [
+        (_saved(2, 1), 1, 1, "keep", 2),  # 2 processes × 1 → 1 process × 2
+        (_saved(1, 4), 2, 4, "keep", 2),
+        (_saved(2, 1), 1, 2, "", 2),  # the same tokens per update, set by hand
+        (_saved(2, 1), 1, 1, "new", 1),  # half the tokens per update, accepted
+        ({"progress": {}, "config": {"train": {"accum_steps": 3}}}, 1, 3, "", 3),  # a checkpoint from before torchrun
+        (_saved(2, 1), 4, 1, "keep", "cannot be shared out evenly among 4 processes"),
+        (
+            _saved(1, 1),
+            2,
+            1,
+            "",
+            "--keep-batch cannot keep 2048 with 2 processes, or --new-batch to continue with 4096",
+        ),
+        (_saved(1, 1), 1, 2, "", "pass --keep-batch to keep 2048 \\(train.accum_steps=1\\)"),
+    ],
+)
 def test_resume_keeps_the_tokens_per_update_unless_told(saved, world, accum, change, expected):
     config = load_config(TINY, [f"train.accum_steps={accum}", "train.max_tokens=2048"], check_paths=False)
     if isinstance(expected, int):
@@ -149,15 +190,21 @@ def test_tokens_per_update_resumes_on_another_number_of_processes():
 MEET = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, None),
-    ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", **MEET}, Launch(2, 1, 1)),
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "set but not MASTER_ADDR, MASTER_PORT: start several"),
-    ({"RANK": "0", **MEET}, "RANK set but not WORLD_SIZE, LOCAL_RANK"),
-    ({"WORLD_SIZE": "2", "RANK": "2", "LOCAL_RANK": "0", **MEET}, "RANK=2 with WORLD_SIZE=2: ranks go from 0 to 1"),
-    ({"WORLD_SIZE": "two", "RANK": "0", "LOCAL_RANK": "0", **MEET}, "WORLD_SIZE='two' is not an integer"),
-    ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2", **MEET}, "LOCAL_RANK=2 with LOCAL_WORLD"),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, None),
+        ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", **MEET}, Launch(2, 1, 1)),
+        ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "set but not MASTER_ADDR, MASTER_PORT: start several"),
+        ({"RANK": "0", **MEET}, "RANK set but not WORLD_SIZE, LOCAL_RANK"),
+        ({"WORLD_SIZE": "2", "RANK": "2", "LOCAL_RANK": "0", **MEET}, "RANK=2 with WORLD_SIZE=2: ranks go from 0 to 1"),
+        ({"WORLD_SIZE": "two", "RANK": "0", "LOCAL_RANK": "0", **MEET}, "WORLD_SIZE='two' is not an integer"),
+        (
+            {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2", **MEET},
+            "LOCAL_RANK=2 with LOCAL_WORLD",
+        ),
+    ],
+)
 def test_the_launchers_variables_are_checked(env, expected):
     if expected is None or isinstance(expected, Launch):
         assert read_launch(env) == expected
@@ -182,11 +229,22 @@ def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch):
         pick_backend("nccl", torch.device("cpu"))
 
 
-@pytest.mark.parametrize("env, sets, message", [
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, [], "WORLD_SIZE, RANK, LOCAL_RANK set but not MASTER_ADDR"),
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET}, ["--set", "train.dist_backend=nccl"],
-     "train.dist_backend=nccl needs CUDA devices"),
-], ids=["no-rendezvous", "nccl-on-cpu"])
+@pytest.mark.parametrize(
+    "env, sets, message",
+    [
+        (
+            {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
+            [],
+            "WORLD_SIZE, RANK, LOCAL_RANK set but not MASTER_ADDR",
+        ),
+        (
+            {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET},
+            ["--set", "train.dist_backend=nccl"],
+            "train.dist_backend=nccl needs CUDA devices",
+        ),
+    ],
+    ids=["no-rendezvous", "nccl-on-cpu"],
+)
 def test_an_inconsistent_launch_is_one_error_line(tmp_path, spm_cache, env, sets, message):
     out = tmp_path / "run"
     result = run_cli("train", str(TINY), "--out", str(out), "--set", f"data.cache_dir={spm_cache}", *sets, env=env)

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from mhatrain.dropout import Dropout, byte_dropout, dropout
 
-
 N = 200_000
 
 
@@ -23,8 +22,12 @@ def test_keep_rate_and_scale(p, dtype):
     p_used = round(p * 256) / 256
     kept = y != 0
     assert float(kept.float().mean()) == pytest.approx(1 - p_used, abs=4e-3)  # ~4 sd of the binomial
-    torch.testing.assert_close(y[kept].float(), torch.full_like(y[kept].float(), 1 / (1 - p_used)),
-                               rtol=1e-2 if dtype == torch.bfloat16 else 1e-6, atol=0)
+    torch.testing.assert_close(
+        y[kept].float(),
+        torch.full_like(y[kept].float(), 1 / (1 - p_used)),
+        rtol=1e-2 if dtype == torch.bfloat16 else 1e-6,
+        atol=0,
+    )
     assert float(y.float().mean()) == pytest.approx(1.0, abs=1e-2)  # the expectation is unchanged
 
 

@@ -12,8 +12,15 @@ import pytest
 from .conftest import TOY, run_cli
 from .test_cli import assert_clean_error
 
-SCORES = ("bleu", "bleu_signature", "chrf", "chrf_signature", "bleu_lowercased_tokenized",
-          "bleu_lowercased_tokenized_signature", "sentences")
+SCORES = (
+    "bleu",
+    "bleu_signature",
+    "chrf",
+    "chrf_signature",
+    "bleu_lowercased_tokenized",
+    "bleu_lowercased_tokenized_signature",
+    "sentences",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,26 +62,49 @@ def test_a_sacrebleu_test_set_is_read_from_sacrebleus_cache(tiny_run, split_eval
     shutil.copy(TOY / "test.en", cache / "wmt14" / "wmt14.en-de.src")
     shutil.copy(TOY / "test.de", cache / "wmt14" / "wmt14.en-de.ref")
     env = {"SACREBLEU": str(cache)}
-    evaluated = run_cli("eval", str(tiny_run), "--sacrebleu-set", "wmt14", "--langpair", "en-de", "--beam", "2", env=env)
+    evaluated = run_cli(
+        "eval", str(tiny_run), "--sacrebleu-set", "wmt14", "--langpair", "en-de", "--beam", "2", env=env
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     report = json.loads((tiny_run / "eval" / "wmt14.en-de.beam2.json").read_text())
     assert {key: report[key] for key in SCORES} == {key: split_eval[key] for key in SCORES}
-    assert report["source"] == "sacrebleu:wmt14/en-de" and report["provenance"]["data"]["wmt14.en-de"]["langpair"] == "en-de"
-    scored = run_cli("score", "--hyp", str(tiny_run / "eval" / "wmt14.en-de.beam2.hyp.txt"), "--sacrebleu-set", "wmt14",
-                     "--langpair", "en-de", "--json", str(tmp_path / "score.json"), env=env)
+    assert (
+        report["source"] == "sacrebleu:wmt14/en-de"
+        and report["provenance"]["data"]["wmt14.en-de"]["langpair"] == "en-de"
+    )
+    scored = run_cli(
+        "score",
+        "--hyp",
+        str(tiny_run / "eval" / "wmt14.en-de.beam2.hyp.txt"),
+        "--sacrebleu-set",
+        "wmt14",
+        "--langpair",
+        "en-de",
+        "--json",
+        str(tmp_path / "score.json"),
+        env=env,
+    )
     assert scored.returncode == 0, scored.stderr
     assert json.loads((tmp_path / "score.json").read_text())["bleu"] == split_eval["bleu"]
 
     empty = tmp_path / "empty-cache"
     empty.mkdir()
-    for args in (["eval", str(tiny_run), "--sacrebleu-set", "wmt14"],
-                 ["score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt14", "--langpair", "en-de"]):
-        assert_clean_error(run_cli(*args, env={"SACREBLEU": str(empty)}),
-                           f"sacreBLEU test set wmt14 en-de is not in sacreBLEU's cache {empty}")
-    assert_clean_error(run_cli("eval", str(tiny_run), "--sacrebleu-set", "wmt14", "--langpair", "de-en", env=env),
-                       "--langpair de-en: the model translates en-de")
-    assert_clean_error(run_cli("score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt99", "--langpair", "en-de"),
-                       "unknown sacreBLEU test set 'wmt99'")
+    for args in (
+        ["eval", str(tiny_run), "--sacrebleu-set", "wmt14"],
+        ["score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt14", "--langpair", "en-de"],
+    ):
+        assert_clean_error(
+            run_cli(*args, env={"SACREBLEU": str(empty)}),
+            f"sacreBLEU test set wmt14 en-de is not in sacreBLEU's cache {empty}",
+        )
+    assert_clean_error(
+        run_cli("eval", str(tiny_run), "--sacrebleu-set", "wmt14", "--langpair", "de-en", env=env),
+        "--langpair de-en: the model translates en-de",
+    )
+    assert_clean_error(
+        run_cli("score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt99", "--langpair", "en-de"),
+        "unknown sacreBLEU test set 'wmt99'",
+    )
 
 
 def test_bad_files_give_one_line(tiny_run, tmp_path):
@@ -82,19 +112,26 @@ def test_bad_files_give_one_line(tiny_run, tmp_path):
     short.write_text("Die katze.\n")
     empty.write_text("")
     hyp = ["score", "--hyp", str(TOY / "test.en")]
-    assert_clean_error(run_cli(*hyp, "--ref", str(short)),
-                       f"line counts differ: --hyp {TOY / 'test.en'} has 100 lines, --ref {short} has 1 lines")
+    assert_clean_error(
+        run_cli(*hyp, "--ref", str(short)),
+        f"line counts differ: --hyp {TOY / 'test.en'} has 100 lines, --ref {short} has 1 lines",
+    )
     assert_clean_error(run_cli(*hyp, "--ref", str(empty)), f"{empty}: file is empty")
     assert_clean_error(run_cli(*hyp, "--ref", str(missing)), f"cannot read {missing}: No such file or directory")
     # eval reads its pair of files the same way
-    assert_clean_error(run_cli("eval", str(tiny_run), "--src", str(TOY / "test.en"), "--ref", str(short)),
-                       f"line counts differ: --src {TOY / 'test.en'} has 100 lines, --ref {short} has 1 lines")
+    assert_clean_error(
+        run_cli("eval", str(tiny_run), "--src", str(TOY / "test.en"), "--ref", str(short)),
+        f"line counts differ: --src {TOY / 'test.en'} has 100 lines, --ref {short} has 1 lines",
+    )
 
 
 def test_conflicting_options_give_one_line(tiny_run):
     assert_clean_error(run_cli("eval", str(tiny_run), "--src", str(TOY / "test.en")), "--src needs --ref")
-    assert_clean_error(run_cli("eval", str(tiny_run), "--split", "test", "--src", str(TOY / "test.en"),
-                               "--ref", str(TOY / "test.de")), "--split and --src/--ref exclude each other")
+    assert_clean_error(
+        run_cli("eval", str(tiny_run), "--split", "test", "--src", str(TOY / "test.en"), "--ref", str(TOY / "test.de")),
+        "--split and --src/--ref exclude each other",
+    )
     assert_clean_error(run_cli("score", "--hyp", str(TOY / "test.de")), "give the references with --ref FILE")
-    assert_clean_error(run_cli("score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt14"),
-                       "--sacrebleu-set needs --langpair")
+    assert_clean_error(
+        run_cli("score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt14"), "--sacrebleu-set needs --langpair"
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -25,8 +24,9 @@ def one_example(p: torch.Tensor, kind: str, keys: list[int]):
     sink = torch.tensor([[k in (D.EOS, D.BOS) for k in keys]], dtype=torch.float)
     sums = row_measures(p[None, None, None], query, key_valid, sink, kind)
     rows, normalised_rows = float(sums.pop("_rows")), float(sums.pop("_normalised_rows"))
-    return {name: float(v[0, 0]) / (normalised_rows if name == "entropy_normalised" else rows)
-            for name, v in sums.items()}
+    return {
+        name: float(v[0, 0]) / (normalised_rows if name == "entropy_normalised" else rows) for name, v in sums.items()
+    }
 
 
 def test_a_previous_token_head_is_positional():
@@ -101,8 +101,12 @@ def test_heads_roles_command_and_the_study_report(tiny_run, tmp_path):
 
 
 def test_role_records_number_layers_and_heads_from_one():
-    means = {"cross": {name: torch.zeros(2, 3) for name in
-                       ("entropy", "entropy_normalised", "confidence", "previous", "same", "next", "sink", "diagonal")}}
+    means = {
+        "cross": {
+            name: torch.zeros(2, 3)
+            for name in ("entropy", "entropy_normalised", "confidence", "previous", "same", "next", "sink", "diagonal")
+        }
+    }
     records = role_records(means)
     assert [(r["layer"], r["head"]) for r in records] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
     assert {r["role"] for r in records} == {"other"}

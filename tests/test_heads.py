@@ -17,9 +17,25 @@ from mhatrain import cli
 from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD, Batch
 from mhatrain.decode import translate_ids
-from mhatrain.heads import (FIELDS, KINDS, EvalSet, Head, Judge, all_heads, attention_maps, gates_without,
-                            head_statistics, normalise_per_layer, open_gates, prune_counts, prunable,
-                            pruning_curve, pruning_order, show_attention, summed_nll)
+from mhatrain.heads import (
+    FIELDS,
+    KINDS,
+    EvalSet,
+    Head,
+    Judge,
+    all_heads,
+    attention_maps,
+    gates_without,
+    head_statistics,
+    normalise_per_layer,
+    open_gates,
+    prunable,
+    prune_counts,
+    pruning_curve,
+    pruning_order,
+    show_attention,
+    summed_nll,
+)
 from mhatrain.model import build_model
 from mhatrain.plots import attention_grid, head_heatmaps, pruning_plot
 
@@ -32,8 +48,15 @@ DECODE = DecodeConfig(beam=3, alpha=0.6, max_len_a=0.0, max_len_b=8)
 def random_model(n_heads: int = 4, seed: int = 0, n_encoder_layers: int = 2, n_decoder_layers: int = 3):
     """d_model 32, no dropout; different encoder and decoder depths catch mixed-up layer counts."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(d_model=32, n_heads=n_heads, d_ff=64, n_encoder_layers=n_encoder_layers,
-                      n_decoder_layers=n_decoder_layers, dropout=0.0, max_positions=64)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=n_heads,
+        d_ff=64,
+        n_encoder_layers=n_encoder_layers,
+        n_decoder_layers=n_decoder_layers,
+        dropout=0.0,
+        max_positions=64,
+    )
     return build_model(cfg, VOCAB).eval()
 
 
@@ -98,12 +121,14 @@ def test_open_gates_change_nothing():
     model = random_model()
     src, tgt_in, _ = padded_batch()
     with torch.no_grad():
-        torch.testing.assert_close(logits(model, src, tgt_in, open_gates(model, "cpu")), logits(model, src, tgt_in),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            logits(model, src, tgt_in, open_gates(model, "cpu")), logits(model, src, tgt_in), rtol=0, atol=0
+        )
     sources = [[5, 6, 7, 8], [9, 10]]
     for beam in (1, 3):
-        assert (translate_ids(model, sources, DECODE, "cpu", beam, gates=open_gates(model, "cpu"))
-                == translate_ids(model, sources, DECODE, "cpu", beam))
+        assert translate_ids(model, sources, DECODE, "cpu", beam, gates=open_gates(model, "cpu")) == translate_ids(
+            model, sources, DECODE, "cpu", beam
+        )
 
 
 def test_gates_have_one_row_per_layer_of_each_stack():
@@ -125,9 +150,11 @@ def test_maps_have_the_right_shapes_and_rows_sum_to_one_over_unmasked_keys():
     src_keys = (src != PAD)[:, None, None, :]  # [B, 1, 1, S]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     tgt_keys = (tgt_in != PAD)[:, None, None, :] & causal
-    for maps, shape, allowed in ((attention.enc_self, (B, H, S, S), src_keys),
-                                 (attention.dec_self, (B, H, T, T), tgt_keys),
-                                 (attention.cross, (B, H, T, S), src_keys)):
+    for maps, shape, allowed in (
+        (attention.enc_self, (B, H, S, S), src_keys),
+        (attention.dec_self, (B, H, T, T), tgt_keys),
+        (attention.cross, (B, H, T, S), src_keys),
+    ):
         for probs in maps:
             assert probs.shape == shape
             allowed_full = allowed.expand(shape)
@@ -172,11 +199,14 @@ def test_gradient_importance_sums_each_sentences_absolute_gate_derivative():
     src, tgt_in, tgt_out = padded_batch()
     judge = judge_for(model, src, tgt_in, tgt_out)
     importance = judge.gradient_importance()
-    assert {k: tuple(v.shape) for k, v in importance.items()} == {"enc-self": (2, 4), "dec-self": (3, 4),
-                                                                  "cross": (3, 4)}
+    assert {k: tuple(v.shape) for k, v in importance.items()} == {
+        "enc-self": (2, 4),
+        "dec-self": (3, 4),
+        "cross": (3, 4),
+    }
     assert all(p.grad is None and p.requires_grad for p in model.parameters())  # weights untouched
     eps = 3e-3  # truncation error ~eps², float32 rounding ~1/eps: both well under 2%
-    sentences = [Batch(src[i:i + 1], tgt_in[i:i + 1], tgt_out[i:i + 1], [i]) for i in range(src.size(0))]
+    sentences = [Batch(src[i : i + 1], tgt_in[i : i + 1], tgt_out[i : i + 1], [i]) for i in range(src.size(0))]
     cancelled = 0
     for head in SOME_HEADS:  # central finite differences of each sentence's summed NLL in the head's gate
         derivatives = []
@@ -197,11 +227,20 @@ def test_gradient_importance_sums_each_sentences_absolute_gate_derivative():
 
 
 def test_pruning_order_and_counts():
-    normalised = {"enc-self": torch.tensor([[0.9, 0.1]]), "dec-self": torch.tensor([[0.5, 0.3]]),
-                  "cross": torch.tensor([[0.2, 0.8]])}
+    normalised = {
+        "enc-self": torch.tensor([[0.9, 0.1]]),
+        "dec-self": torch.tensor([[0.5, 0.3]]),
+        "cross": torch.tensor([[0.2, 0.8]]),
+    }
     order = pruning_order(normalised, KINDS)
-    assert [str(h) for h in order] == ["enc-self L1 H2", "cross L1 H1", "dec-self L1 H2", "dec-self L1 H1",
-                                       "cross L1 H2", "enc-self L1 H1"]
+    assert [str(h) for h in order] == [
+        "enc-self L1 H2",
+        "cross L1 H1",
+        "dec-self L1 H2",
+        "dec-self L1 H1",
+        "cross L1 H2",
+        "enc-self L1 H1",
+    ]
     assert pruning_order(normalised, ["cross"]) == [Head("cross", 0, 0), Head("cross", 0, 1)]
     assert prune_counts(1) == [0, 1]
     counts = prune_counts(144)
@@ -250,14 +289,25 @@ def test_pruning_curve_without_bleu_measures_the_grid_only():
 def test_plots_work_for_any_head_count(tmp_path, n_heads):
     L, T, S = 2, 4, 5
     maps = torch.softmax(torch.randn(L, n_heads, T, S), -1).numpy()
-    attention_grid(maps, [1, 2], [f"▁q{i}" for i in range(T)], [f"k{i}" for i in range(S)], "title",
-                   tmp_path / "grid.png")
+    attention_grid(
+        maps, [1, 2], [f"▁q{i}" for i in range(T)], [f"k{i}" for i in range(S)], "title", tmp_path / "grid.png"
+    )
     values = {k: np.random.randn(L, n_heads) for k in KINDS}
     values["enc-self"][0, 0] = np.nan  # a missing value is left blank
-    head_heatmaps([("Δloss", values), ("gradient", {k: np.abs(v) for k, v in values.items()})],
-                  tmp_path / "importance.png", "title", diverging=(True, False))
-    pruning_plot({"all": [(0.0, 30.0), (0.5, 20.0), (1.0, 0.0)]}, {"all": 3 * L * n_heads}, "bleu", 30.0,
-                 tmp_path / "pruning.png", "title")
+    head_heatmaps(
+        [("Δloss", values), ("gradient", {k: np.abs(v) for k, v in values.items()})],
+        tmp_path / "importance.png",
+        "title",
+        diverging=(True, False),
+    )
+    pruning_plot(
+        {"all": [(0.0, 30.0), (0.5, 20.0), (1.0, 0.0)]},
+        {"all": 3 * L * n_heads},
+        "bleu",
+        30.0,
+        tmp_path / "pruning.png",
+        "title",
+    )
     for name in ("grid.png", "importance.png", "pruning.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError):
@@ -299,8 +349,9 @@ def test_attention_command_writes_grids_maps_and_statistics(attention_out, tiny_
 
 def test_attention_one_layer_one_kind(tiny_run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    returned = show_attention(tiny_run, "The car sees the house.", layer="2", kind="cross", out=tmp_path,
-                              console=Console(file=io.StringIO()))
+    returned = show_attention(
+        tiny_run, "The car sees the house.", layer="2", kind="cross", out=tmp_path, console=Console(file=io.StringIO())
+    )
     assert len(list(tmp_path.glob("*.png"))) == 1
     report = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert report == json.loads(json.dumps(returned))
@@ -318,8 +369,14 @@ def test_heads_command_writes_importance_and_pruning(tiny_run, tmp_path):
     assert len(report["heads"]) == 3 * 2 * 4
     assert sorted(r["prune_rank"] for r in report["heads"]) == list(range(1, 25))
     for record in report["heads"]:
-        assert {"masked_loss", "delta_loss", "masked_bleu", "delta_bleu", "gradient",
-                "gradient_normalised"} <= record.keys()
+        assert {
+            "masked_loss",
+            "delta_loss",
+            "masked_bleu",
+            "delta_bleu",
+            "gradient",
+            "gradient_normalised",
+        } <= record.keys()
         assert record["gradient"] >= 0
     curves = report["pruning"]
     assert list(curves) == ["enc-self", "dec-self", "cross", "all"]
@@ -346,16 +403,22 @@ def call_main(monkeypatch, capsys, *args) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["attention", "{run}", "The cat.", "--layer", "3"], "--layer 3: encoder self-attention has layers 1..2"),
-    (["attention", "{run}", "The cat.", "--layer", "first"], "--layer must be a layer number"),
-    (["attention", "{run}", "The cat.", "--kind", "self"], "--kind must be one of enc-self, dec-self, cross or all"),
-    (["attention", "{run}", "   "], "empty sentence"),
-    (["attention", "{tmp}", "The cat."], "is not a mhatrain run directory"),
-    (["heads", "{run}", "--metric", "chrf"], "--metric must be bleu or loss"),
-    (["heads", "{tmp}"], "is not a mhatrain run directory"),
-    (["heads", "{run}", "--split", "nosuch"], "no files for split 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["attention", "{run}", "The cat.", "--layer", "3"], "--layer 3: encoder self-attention has layers 1..2"),
+        (["attention", "{run}", "The cat.", "--layer", "first"], "--layer must be a layer number"),
+        (
+            ["attention", "{run}", "The cat.", "--kind", "self"],
+            "--kind must be one of enc-self, dec-self, cross or all",
+        ),
+        (["attention", "{run}", "   "], "empty sentence"),
+        (["attention", "{tmp}", "The cat."], "is not a mhatrain run directory"),
+        (["heads", "{run}", "--metric", "chrf"], "--metric must be bleu or loss"),
+        (["heads", "{tmp}"], "is not a mhatrain run directory"),
+        (["heads", "{run}", "--split", "nosuch"], "no files for split 'nosuch'"),
+    ],
+)
 def test_bad_options_give_one_clear_line(tiny_run, tmp_path, monkeypatch, capsys, args, fragment):
     args = [a.format(run=tiny_run, tmp=tmp_path) for a in args]
     assert fragment in call_main(monkeypatch, capsys, *args)

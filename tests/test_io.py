@@ -51,7 +51,6 @@ def test_a_full_disk_during_torch_save_is_a_clear_error(tmp_path):
 
     from mhatrain.io import atomic_write
 
-
     target = tmp_path / "last.pt"
     target.write_bytes(b"previous")
     with pytest.raises(MhatrainError, match=r"cannot write .*last\.pt: No space left on device"):

@@ -19,8 +19,18 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 
 def small_model(norm: str = "post", tie: bool = True, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
-                      dropout=0.0, norm=norm, tie_embeddings=tie, max_positions=64, **overrides)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        norm=norm,
+        tie_embeddings=tie,
+        max_positions=64,
+        **overrides,
+    )
     return build_model(cfg, VOCAB).eval()
 
 
@@ -144,11 +154,11 @@ def test_cached_incremental_decoding_equals_full_recomputation(norm):
         full = model.decode(tgt, memory, src_mask)
         cache = model.new_cache(memory, src_mask)
         for t in range(tgt.size(1)):
-            step = model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache)
+            step = model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)
             assert step.shape == (3, 1, VOCAB)
             assert cache.length == t + 1
             assert_close(step[:, 0], full[:, t], **TOL)
-            assert_close(step[:, 0], model.decode(tgt[:, :t + 1], memory, src_mask)[:, -1], **TOL)
+            assert_close(step[:, 0], model.decode(tgt[:, : t + 1], memory, src_mask)[:, -1], **TOL)
         # Self-attention keys grew one position per step; cross-attention keys were built once.
         layer = cache.layers[0]
         assert layer.self_attn.k.shape == (3, 4, 7, 8)
@@ -163,7 +173,7 @@ def test_cache_accepts_several_new_positions_at_once():
         full = model.decode(tgt, memory, src_mask)
         cache = model.new_cache(memory, src_mask)
         first = model.decode(tgt[:, :4], memory, src_mask, cache=cache)
-        rest = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache) for t in (4, 5)]
+        rest = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in (4, 5)]
     assert_close(torch.cat([first, *rest], dim=1), full, **TOL)
 
 
@@ -175,11 +185,10 @@ def test_cache_reorder_then_continue_equals_full_recomputation_on_permuted_batch
     with torch.no_grad():
         cache = model.new_cache(memory, src_mask)
         for t in range(3):
-            model.decode(tgt[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+            model.decode(tgt[:, t : t + 1], cache.memory, cache.src_mask, cache=cache)
         cache.reorder(index)
         permuted = tgt.index_select(0, index)
-        steps = [model.decode(permuted[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
-                 for t in range(3, 6)]
+        steps = [model.decode(permuted[:, t : t + 1], cache.memory, cache.src_mask, cache=cache) for t in range(3, 6)]
         full = model.decode(permuted, memory.index_select(0, index), src_mask.index_select(0, index))
     assert_close(cache.memory, memory.index_select(0, index))
     assert_close(torch.cat(steps, dim=1), full[:, 3:], **TOL)
@@ -198,7 +207,7 @@ def test_beam_cache_keeps_the_encoder_side_once_per_sentence():
     with torch.no_grad():
         cache = model.new_cache(memory, src_mask, beam=2)
         for t in range(3):
-            model.decode(tgt[:, t:t + 1], cache.memory, cache.src_mask, cache=cache)
+            model.decode(tgt[:, t : t + 1], cache.memory, cache.src_mask, cache=cache)
         assert cache.layers[0].cross_attn.k.shape[0] == 3 and cache.layers[0].self_attn.k.shape[0] == 6
         cache.reorder(beams)
         reordered = torch.cat([tgt[beams, :3], tgt[:, 3:]], dim=1)
@@ -207,8 +216,9 @@ def test_beam_cache_keeps_the_encoder_side_once_per_sentence():
         assert_close(step[:, 0], full[:, -1], **TOL)
         cache.reorder(keep_rows, sentences=keep)
         assert cache.layers[0].cross_attn.k.shape[0] == 2 and cache.memory.shape[0] == 2
-        steps = [model.decode(reordered[keep_rows, t:t + 1], cache.memory, cache.src_mask, cache=cache)
-                 for t in (4, 5)]
+        steps = [
+            model.decode(reordered[keep_rows, t : t + 1], cache.memory, cache.src_mask, cache=cache) for t in (4, 5)
+        ]
         full = model.decode(reordered[keep_rows], memory[rows[keep_rows]], src_mask[rows[keep_rows]])
     assert_close(torch.cat(steps, dim=1), full[:, 4:], **TOL)
 
@@ -233,9 +243,10 @@ def test_all_ones_head_gates_change_nothing():
     assert_close(gated_logits, logits, **TOL)
 
 
-@pytest.mark.parametrize("kind,module", [("enc_self", "encoder.1.self_attn"),
-                                         ("dec_self", "decoder.0.self_attn"),
-                                         ("cross", "decoder.1.cross_attn")])
+@pytest.mark.parametrize(
+    "kind,module",
+    [("enc_self", "encoder.1.self_attn"), ("dec_self", "decoder.0.self_attn"), ("cross", "decoder.1.cross_attn")],
+)
 @pytest.mark.parametrize("explicit", [False, True], ids=["fused", "explicit"])
 def test_gating_a_head_to_zero_equals_zeroing_its_columns_of_w_o(kind, module, explicit):
     model = small_model()
@@ -246,7 +257,7 @@ def test_gating_a_head_to_zero_equals_zeroing_its_columns_of_w_o(kind, module, e
 
     pruned = copy.deepcopy(model)
     with torch.no_grad():
-        pruned.get_submodule(module).w_o.weight[:, head * 8:(head + 1) * 8] = 0.0
+        pruned.get_submodule(module).w_o.weight[:, head * 8 : (head + 1) * 8] = 0.0
 
     src = pad_to([tokens(5, seed=17), tokens(3, seed=18)], 5)
     tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 4, seed=19)], dim=1)
@@ -314,8 +325,9 @@ def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precisi
             else:
                 memory, src_mask = model.encode(src)
                 logits = reference_decode(model, tgt_in, memory, src_mask)
-                loss = F.cross_entropy(logits.float().view(-1, VOCAB), tgt.view(-1), ignore_index=PAD,
-                                       label_smoothing=0.1, reduction="sum")
+                loss = F.cross_entropy(
+                    logits.float().view(-1, VOCAB), tgt.view(-1), ignore_index=PAD, label_smoothing=0.1, reduction="sum"
+                )
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (new_loss, new_grads), (ref_loss, ref_grads) = results

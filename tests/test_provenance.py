@@ -33,8 +33,9 @@ def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, s
     env = session["environment"]
     assert (env["python"], env["torch"], env["cpu"]) == (platform.python_version(), torch.__version__, cpu_model())
     assert env["cuda"] == torch.version.cuda and env["device"] == env["device_name"] == "cpu" and env["threads"] == 1
-    assert session["data"]["train"]["sha256"] == {str(TOY / f"train.{lang}"): sha256(TOY / f"train.{lang}")
-                                                  for lang in ("en", "de")}
+    assert session["data"]["train"]["sha256"] == {
+        str(TOY / f"train.{lang}"): sha256(TOY / f"train.{lang}") for lang in ("en", "de")
+    }
     assert session["data"]["valid"]["pairs"] == 100
     assert session["tokenizer"]["sha256"] == sha256(out / "spm.model")
     assert session["resumed"] is False and session["processes"] == 1
@@ -51,8 +52,9 @@ def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, s
     report = json.loads((out / "eval" / "test.beam1.json").read_text())
     recorded = report["provenance"]
     assert recorded["command"] == f"mhatrain eval {out} --split test --beam 1"
-    assert recorded["data"]["test"]["sha256"] == {str(TOY / f"test.{lang}"): sha256(TOY / f"test.{lang}")
-                                                  for lang in ("en", "de")}
+    assert recorded["data"]["test"]["sha256"] == {
+        str(TOY / f"test.{lang}"): sha256(TOY / f"test.{lang}") for lang in ("en", "de")
+    }
     assert recorded["tokenizer"]["sha256"] == session["tokenizer"]["sha256"]
     assert recorded["environment"]["torch"] == torch.__version__
 
@@ -79,8 +81,9 @@ def test_report_summarises_provenance_and_notes_points_that_differ(tmp_path, spm
     reported = run_cli("report", str(out))
     assert reported.returncode == 0, reported.stderr + reported.stdout
     notes = [line for line in reported.stdout.splitlines() if line.startswith("note: points of this study differ")]
-    assert notes[0] == (f"note: points of this study differ in torch: {torch.__version__} (h01-seed1, h08-seed1); "
-                        f"9.9.9 (h08-seed1)")
+    assert notes[0] == (
+        f"note: points of this study differ in torch: {torch.__version__} (h01-seed1, h08-seed1); 9.9.9 (h08-seed1)"
+    )
     assert notes[1].startswith("note: points of this study differ in data train: sha256 ") and len(notes) == 2
     report = json.loads((out / "report.json").read_text())
     assert report["provenance"]["differs"] == ["torch", "data train"]

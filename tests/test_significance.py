@@ -12,8 +12,14 @@ import pytest
 from mhatrain.config import load_config
 from mhatrain.data import load_split
 from mhatrain.report import RunRecord, _verdict, conclusion
-from mhatrain.significance import (holm, paired_bootstrap, paired_t_test, resample_indices, seed_interval,
-                                   sentence_statistics)
+from mhatrain.significance import (
+    holm,
+    paired_bootstrap,
+    paired_t_test,
+    resample_indices,
+    seed_interval,
+    sentence_statistics,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -33,8 +39,10 @@ def toy_systems():
 def test_bootstrap_of_identical_systems_and_of_a_clearly_worse_one():
     references, good, worse = toy_systems()
     indices = resample_indices(len(references), 1000)
-    stats = {name: sentence_statistics(hyps, references) for name, hyps in
-             {"good": good, "same": list(good), "worse": worse}.items()}
+    stats = {
+        name: sentence_statistics(hyps, references)
+        for name, hyps in {"good": good, "same": list(good), "worse": worse}.items()
+    }
     same = paired_bootstrap([stats["same"]], [stats["good"]], indices)
     assert same.difference == 0 and same.p_value == 1.0
     bad = paired_bootstrap([stats["worse"]], [stats["good"]], indices)
@@ -91,22 +99,28 @@ def test_paired_t_test_known_answer():
 
 def test_seed_interval_known_answer():
     # df = 2: the 97.5% quantile of t is 0.95 · sqrt(2 / (1 − 0.95²)).
-    half = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2)) / math.sqrt(3)
+    half = 0.95 * math.sqrt(2 / (1 - 0.95**2)) / math.sqrt(3)
     assert seed_interval([1.0, 2.0, 3.0]) == pytest.approx((2 - half, 2 + half), abs=1e-4)
     assert seed_interval([2.0]) is None
 
 
 def _runs(bleu: dict[int, list[float]]) -> list[RunRecord]:
-    return [RunRecord(f"h{h:02d}-seed{s}", h, s, f"h{h:02d}-seed{s}", status="done", test_bleu=v)
-            for h, values in bleu.items() for s, v in enumerate(values, start=1)]
+    return [
+        RunRecord(f"h{h:02d}-seed{s}", h, s, f"h{h:02d}-seed{s}", status="done", test_bleu=v)
+        for h, values in bleu.items()
+        for s, v in enumerate(values, start=1)
+    ]
 
 
-@pytest.mark.parametrize(("h1", "p_holm", "verdict"), [
-    ([38.0, 38.2, 37.9], 0.01, "better"),  # +1.0 beyond a spread of ≤ 0.2, corrected p < 0.05
-    ([38.0, 38.2, 37.9], 0.08, "no detectable difference"),  # the corrected p is not small enough
-    ([39.5, 36.5, 38.0], 0.01, "no detectable difference"),  # +1.0 but the seeds spread 1.5
-    ([36.0, 36.1, 35.9], 0.001, "worse"),
-])
+@pytest.mark.parametrize(
+    ("h1", "p_holm", "verdict"),
+    [
+        ([38.0, 38.2, 37.9], 0.01, "better"),  # +1.0 beyond a spread of ≤ 0.2, corrected p < 0.05
+        ([38.0, 38.2, 37.9], 0.08, "no detectable difference"),  # the corrected p is not small enough
+        ([39.5, 36.5, 38.0], 0.01, "no detectable difference"),  # +1.0 but the seeds spread 1.5
+        ([36.0, 36.1, 35.9], 0.001, "worse"),
+    ],
+)
 def test_verdict_needs_a_corrected_p_and_a_difference_beyond_the_seed_spread(h1, p_holm, verdict):
     runs = _runs({1: h1, 8: [37.0, 37.1, 36.9]})
     difference = sum(h1) / 3 - 37.0
@@ -124,11 +138,21 @@ def test_one_seed_never_calls_a_difference():
 
 def test_conclusion_names_what_each_verdict_covers():
     def row(h, verdict, diff, p):
-        return {"heads": h, "seed_test": {"seeds": [1, 2, 3], "verdict": verdict, "mean_difference": diff,
-                                          "bootstrap_p_holm": p}}
+        return {
+            "heads": h,
+            "seed_test": {"seeds": [1, 2, 3], "verdict": verdict, "mean_difference": diff, "bootstrap_p_holm": p},
+        }
 
-    text = conclusion([row(1, "no detectable difference", 0.4, 0.5), row(4, "better", 1.2, 0.01),
-                       {"heads": 8, "seed_test": None}, row(32, "worse", -1.8, 0.003)])
-    assert text == ("Test BLEU against h=8 (3 seeds per h, Holm-adjusted two-sided p, difference beyond the seed "
-                    "spread): h=4 is better than h=8 (h=4: +1.20 BLEU, adjusted p = 0.010); h=32 is worse than h=8 "
-                    "(h=32: -1.80 BLEU, adjusted p = 0.003); no detectable difference from h=8 for h=1.")
+    text = conclusion(
+        [
+            row(1, "no detectable difference", 0.4, 0.5),
+            row(4, "better", 1.2, 0.01),
+            {"heads": 8, "seed_test": None},
+            row(32, "worse", -1.8, 0.003),
+        ]
+    )
+    assert text == (
+        "Test BLEU against h=8 (3 seeds per h, Holm-adjusted two-sided p, difference beyond the seed "
+        "spread): h=4 is better than h=8 (h=4: +1.20 BLEU, adjusted p = 0.010); h=32 is worse than h=8 "
+        "(h=32: -1.80 BLEU, adjusted p = 0.003); no detectable difference from h=8 for h=1."
+    )

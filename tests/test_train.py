@@ -23,8 +23,16 @@ from .conftest import ROOT, TINY, run_cli
 
 def quiet_config(spm_cache, *overrides):
     # dropout > 0 so that resuming must also restore the RNG state to reproduce the weights
-    return load_config(TINY, [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.log_every=1000",
-                              "train.valid_max_sentences=20", *overrides])
+    return load_config(
+        TINY,
+        [
+            f"data.cache_dir={spm_cache}",
+            "model.dropout=0.1",
+            "train.log_every=1000",
+            "train.valid_max_sentences=20",
+            *overrides,
+        ],
+    )
 
 
 def Silent():
@@ -43,8 +51,8 @@ def assert_same_weights(a, b):
 
 def test_noam_schedule_warms_up_then_decays():
     d, w = 512, 4000
-    assert noam_lr(1, d, w) == pytest.approx(d ** -0.5 * w ** -1.5)
-    assert noam_lr(w, d, w) == pytest.approx(d ** -0.5 * w ** -0.5)  # the peak
+    assert noam_lr(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
+    assert noam_lr(w, d, w) == pytest.approx(d**-0.5 * w**-0.5)  # the peak
     assert noam_lr(w // 2, d, w) < noam_lr(w, d, w) > noam_lr(4 * w, d, w)
     assert noam_lr(4 * w, d, w) == pytest.approx(noam_lr(w, d, w) / 2)
     assert noam_lr(100, d, w, factor=2.0) == pytest.approx(2 * noam_lr(100, d, w))
@@ -61,13 +69,27 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache):
 
 
 def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
-    common = ["--set", f"data.cache_dir={spm_cache}", "--set", "model.dropout=0.1", "--set", "train.max_steps=120",
-              "--set", "train.checkpoint_every=7", "--set", "train.valid_max_sentences=20"]
+    common = [
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "model.dropout=0.1",
+        "--set",
+        "train.max_steps=120",
+        "--set",
+        "train.checkpoint_every=7",
+        "--set",
+        "train.valid_max_sentences=20",
+    ]
     reference = tmp_path / "reference"
     assert run_cli("train", str(TINY), "--out", str(reference), *common).returncode == 0
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(killed), *common],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(killed), *common],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while not (killed / "last.pt").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -84,9 +106,25 @@ def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
 
 def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(out),
-                             "--set", f"data.cache_dir={spm_cache}", "--set", "train.max_epochs=50"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mhatrain",
+            "train",
+            str(TINY),
+            "--out",
+            str(out),
+            "--set",
+            f"data.cache_dir={spm_cache}",
+            "--set",
+            "train.max_epochs=50",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (out / "metrics.jsonl").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -105,8 +143,17 @@ def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeyp
     from mhatrain.checkpoint import list_snapshots
 
     run = tmp_path / "run"
-    train(quiet_config(spm_cache, "train.max_steps=22", "train.checkpoint_every=5", "train.keep_checkpoints=3",
-                       "train.valid_bleu=false"), run, console=Silent())
+    train(
+        quiet_config(
+            spm_cache,
+            "train.max_steps=22",
+            "train.checkpoint_every=5",
+            "train.keep_checkpoints=3",
+            "train.valid_bleu=false",
+        ),
+        run,
+        console=Silent(),
+    )
     assert [step for step, _ in list_snapshots(run)] == [15, 20, 22]  # 22: the final checkpoint
     assert_same_weights(load_checkpoint(run / "snapshots" / "step00000022.pt")["model"], weights(run))
     paths = last_snapshots(run, 3)
@@ -128,8 +175,18 @@ def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeyp
     # last.pt back at update 20 (as after a crash): resuming drops the snapshot of update 22
     (run / "last.pt").unlink()
     (run / "last.prev.pt").rename(run / "last.pt")
-    train(quiet_config(spm_cache, "train.max_steps=21", "train.checkpoint_every=5", "train.keep_checkpoints=3",
-                       "train.valid_bleu=false"), run, resume=True, console=Silent())
+    train(
+        quiet_config(
+            spm_cache,
+            "train.max_steps=21",
+            "train.checkpoint_every=5",
+            "train.keep_checkpoints=3",
+            "train.valid_bleu=false",
+        ),
+        run,
+        resume=True,
+        console=Silent(),
+    )
     assert [step for step, _ in list_snapshots(run)] == [15, 20, 21]
 
 
@@ -140,8 +197,17 @@ def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
 
     minutes = iter(range(10_000))
     monkeypatch.setattr(T.time, "monotonic", lambda: 60.0 * next(minutes))
-    train(quiet_config(spm_cache, "train.max_steps=4", "train.checkpoint_every_minutes=1", "train.keep_checkpoints=9",
-                       "train.valid_bleu=false"), tmp_path / "run", console=Silent())
+    train(
+        quiet_config(
+            spm_cache,
+            "train.max_steps=4",
+            "train.checkpoint_every_minutes=1",
+            "train.keep_checkpoints=9",
+            "train.valid_bleu=false",
+        ),
+        tmp_path / "run",
+        console=Silent(),
+    )
     assert [step for step, _ in list_snapshots(tmp_path / "run")] == [1, 2, 3, 4]
 
 
@@ -154,17 +220,22 @@ def test_a_compile_failure_at_the_first_update_falls_back_to_eager(tmp_path, spm
         def compiled(*args, **kw):
             calls.append(1)
             raise RuntimeError("backend compiler failed\nlong traceback text")
+
         return compiled
 
     eager = tmp_path / "eager"
     train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false"), eager, console=Silent())
     monkeypatch.setattr(torch, "compile", failing_compile)
     output = io.StringIO()
-    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false", "train.compile=true"),
-          tmp_path / "compiled", console=Console(file=output, width=300))
+    train(
+        quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false", "train.compile=true"),
+        tmp_path / "compiled",
+        console=Console(file=output, width=300),
+    )
     warnings = [line for line in output.getvalue().splitlines() if "torch.compile" in line]
-    assert warnings == ["warning: torch.compile failed at the first update (RuntimeError: backend compiler failed); "
-                        "running eager"]
+    assert warnings == [
+        "warning: torch.compile failed at the first update (RuntimeError: backend compiler failed); running eager"
+    ]
     assert len(calls) == 1
     assert_same_weights(weights(eager), weights(tmp_path / "compiled"))
 
@@ -249,15 +320,28 @@ def test_stop_reasons():
     assert stop_reason(Progress(step=100), t) == "reached max_steps=100"
     assert stop_reason(Progress(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
     assert stop_reason(Progress(step=5, epoch=5), t) == "reached max_epochs=5"
-    assert stop_reason(Progress(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1)) == ""
+    assert (
+        stop_reason(Progress(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1)) == ""
+    )
 
 
 def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
     # valid_every=1 with a huge learning rate: validation loss soon stops improving.
     out = tmp_path / "run"
-    summary = train(quiet_config(spm_cache, "train.valid_every=2", "train.valid_bleu=false", "train.early_stop_metric=loss",
-                                 "train.patience=2", "train.lr_factor=30", "train.warmup_steps=1", "train.max_steps=200"),
-                    out, console=Silent())
+    summary = train(
+        quiet_config(
+            spm_cache,
+            "train.valid_every=2",
+            "train.valid_bleu=false",
+            "train.early_stop_metric=loss",
+            "train.patience=2",
+            "train.lr_factor=30",
+            "train.warmup_steps=1",
+            "train.max_steps=200",
+        ),
+        out,
+        console=Silent(),
+    )
     assert summary["stop_reason"].startswith("early stopping after 2 validations")
     assert summary["updates"] < 200
     best = load_checkpoint(out / "best.pt")
@@ -280,8 +364,9 @@ def _poison_losses(monkeypatch, bad_calls):
 
 def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path, spm_cache, monkeypatch):
     _poison_losses(monkeypatch, {3})
-    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run",
-                    console=Silent())
+    summary = train(
+        quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run", console=Silent()
+    )
     assert summary["skipped_updates"] == 1 and summary["updates"] == 6
     assert all(torch.isfinite(w).all() for w in weights(tmp_path / "run").values())
 
@@ -292,8 +377,11 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
     _poison_losses(monkeypatch, set(range(5, 100)))
     out = tmp_path / "run"
     with pytest.raises(MhatrainError, match=r"stopped: 3 updates in a row skipped \(non-finite loss\) at update 5"):
-        train(quiet_config(spm_cache, "train.max_steps=50", "train.checkpoint_every=2", "train.max_bad_updates=3"),
-              out, console=Silent())
+        train(
+            quiet_config(spm_cache, "train.max_steps=50", "train.checkpoint_every=2", "train.max_bad_updates=3"),
+            out,
+            console=Silent(),
+        )
     state = load_checkpoint(out / "last.pt")
     assert state["progress"]["step"] == 4
     assert all(torch.isfinite(w).all() for w in state["model"].values())
@@ -316,8 +404,13 @@ def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache
 
     monkeypatch.setattr(T, "batch_loss", overflowing)
     output = io.StringIO()
-    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false", "train.precision=fp16",
-                                 "train.max_bad_updates=2"), tmp_path / "run", console=Console(file=output, width=300))
+    summary = train(
+        quiet_config(
+            spm_cache, "train.max_steps=6", "train.valid_bleu=false", "train.precision=fp16", "train.max_bad_updates=2"
+        ),
+        tmp_path / "run",
+        console=Console(file=output, width=300),
+    )
     assert summary["skipped_updates"] == 3 and summary["updates"] == 6
     assert "update 3 skipped: fp16 gradient overflow at loss scale 65536" in output.getvalue()
     assert "update 3 skipped: fp16 gradient overflow at loss scale 16384" in output.getvalue()
@@ -338,8 +431,9 @@ def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, 
         return real(model, batch, smoothing)
 
     monkeypatch.setattr(T, "batch_loss", runs_out_once)
-    summary = train(quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run",
-                    console=Silent())
+    summary = train(
+        quiet_config(spm_cache, "train.max_steps=6", "train.valid_bleu=false"), tmp_path / "run", console=Silent()
+    )
     assert summary["skipped_updates"] == 1 and summary["updates"] == 6
 
 
@@ -396,7 +490,7 @@ def test_loss_blocks_are_sized_from_the_vocabulary_and_the_device_budget():
     cpu, gpu = L.block_rows(37000, torch.device("cpu")), L.block_rows(37000, torch.device("cuda"))
     assert cpu * 37000 * 4 <= L.BLOCK_BYTES["cpu"] < (cpu + 1) * 37000 * 4
     assert gpu * 37000 * 4 <= L.DEFAULT_BLOCK_BYTES and gpu >= 25000 // 8  # a 25k-token batch in ≤ 8 blocks
-    assert L.block_rows(10 ** 12, torch.device("cpu")) == 1
+    assert L.block_rows(10**12, torch.device("cpu")) == 1
     torch.manual_seed(0)
     logits, gold = torch.randn(300, 37, requires_grad=True), torch.randint(0, 37, (300,))
     results = []

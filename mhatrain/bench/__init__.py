@@ -45,8 +45,10 @@ def report_benches(names: list[str], options: BenchOptions, console, json_path=N
             console.print(f"wrote {path}")
     failed = [f"{r.bench}: {c.name}" for r in results for c in r.checks if not c.passed]
     if failed:
-        raise MhatrainError(f"{len(failed)} correctness check(s) failed, so the ratios compare different "
-                            f"computations; first: {failed[0]}")
+        raise MhatrainError(
+            f"{len(failed)} correctness check(s) failed, so the ratios compare different "
+            f"computations; first: {failed[0]}"
+        )
     return results
 
 

@@ -34,10 +34,15 @@ def label(path: Path) -> str:
     """The peer's name in the tables: its commit (with '+dirty' for local changes), else the folder's name."""
     root = check_checkout(path)
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return f"against {root.name}"
     return f"against {commit}{'+dirty' if dirty else ''}"
@@ -48,8 +53,9 @@ def import_checkout(path: Path, module: str) -> ModuleType:
     root = check_checkout(path)
     name = f"{PACKAGE}_{hashlib.sha1(str(root).encode()).hexdigest()[:12]}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, root / "mhatrain" / "__init__.py",
-                                                      submodule_search_locations=[str(root / "mhatrain")])
+        spec = importlib.util.spec_from_file_location(
+            name, root / "mhatrain" / "__init__.py", submodule_search_locations=[str(root / "mhatrain")]
+        )
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
         spec.loader.exec_module(package)

@@ -27,7 +27,9 @@ FULL_SHAPE = {"batch": 128, "length": 32, "min_length": 10}
 QUICK_SHAPE = {"batch": 8, "length": 12, "min_length": 4}
 
 
-def make_inputs(batch: int, length: int, min_length: int, d_model: int, seed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def make_inputs(
+    batch: int, length: int, min_length: int, d_model: int, seed: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x: [B, T, D] ~ N(0, 1); valid: [B, T], True at real tokens (lengths uniform in [min, T], one of T)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_length, length + 1, (batch,), generator=g)
@@ -57,8 +59,9 @@ def attention_forward(peer: str, d_model: int, n_heads: int, seed: int, device, 
     return module, lambda x, valid: call(run, x, valid)
 
 
-def attention_step(peer: str, d_model: int, n_heads: int, shape: dict, precision: str, device, seed: int,
-                   compile: bool = False) -> Step:
+def attention_step(
+    peer: str, d_model: int, n_heads: int, shape: dict, precision: str, device, seed: int, compile: bool = False
+) -> Step:
     """One sample: forward under `precision`, then backward of the output's sum."""
     device = torch.device(device)
     module, forward = attention_forward(peer, d_model, n_heads, seed, device, compile)
@@ -88,7 +91,11 @@ def check_same_output(d_model: int, n_heads: int, shape: dict, precision: str, d
     tolerance = 1e-4 * max(1.0, scale) if precision == "fp32" else 5e-2 * max(1.0, scale)
     diffs = {peer: float((out - outputs[OURS]).abs().max()) for peer, out in outputs.items() if peer != OURS}
     detail = ", ".join(f"{peer} max |Δ| {d:.1e}" for peer, d in diffs.items()) + f" (tolerance {tolerance:.0e})"
-    return Check(f"h={n_heads} {precision}: peers with our weights give our output", all(d <= tolerance for d in diffs.values()), detail)
+    return Check(
+        f"h={n_heads} {precision}: peers with our weights give our output",
+        all(d <= tolerance for d in diffs.values()),
+        detail,
+    )
 
 
 def run(options: BenchOptions, log) -> BenchResult:
@@ -101,25 +108,49 @@ def run(options: BenchOptions, log) -> BenchResult:
     device = options.device
     _, valid = make_inputs(**shape, d_model=d_model, seed=options.seed + 1, device="cpu")
     tokens = int(valid.sum())
-    result = BenchResult("attention", {
-        "d_model": d_model, "batch": f"{shape['batch']} × {shape['length']} (lengths {shape['min_length']}–{shape['length']})",
-        "real_tokens": tokens, "heads": list(options.heads), "precisions": list(precisions),
-        "repeats": repeats, "warmup": warmup, "compile": options.compile, "device": str(device),
-    })
+    result = BenchResult(
+        "attention",
+        {
+            "d_model": d_model,
+            "batch": f"{shape['batch']} × {shape['length']} (lengths {shape['min_length']}–{shape['length']})",
+            "real_tokens": tokens,
+            "heads": list(options.heads),
+            "precisions": list(precisions),
+            "repeats": repeats,
+            "warmup": warmup,
+            "compile": options.compile,
+            "device": str(device),
+        },
+    )
     for precision in precisions:
         for h in options.heads:
             case = f"h={h} {precision}"
             log(f"bench attention: {case}")
             result.checks.append(check_same_output(d_model, h, shape, precision, device, options.seed))
-            workloads = {peer: Workload(__name__, "attention_step", dict(
-                peer=peer, d_model=d_model, n_heads=h, shape=shape, precision=precision, device=str(device),
-                seed=options.seed)) for peer in PEERS}
+            workloads = {
+                peer: Workload(
+                    __name__,
+                    "attention_step",
+                    dict(
+                        peer=peer,
+                        d_model=d_model,
+                        n_heads=h,
+                        shape=shape,
+                        precision=precision,
+                        device=str(device),
+                        seed=options.seed,
+                    ),
+                )
+                for peer in PEERS
+            }
             measured = measure_peers(workloads, options, repeats, warmup)
             result.notes += [f"{case} {problem}" for problem in measured.problems]
             result.add_case(case, measured.samples, tokens, "tokens/s", measured.memory, measured.notes)
             # issue 14: at least nn.MultiheadAttention's speed at every h (the article loop is shown, not a target)
             result.targets.append(Target(case, "nn.MultiheadAttention", "ratio", 1.0, "ours ≥ 1.0×"))
-    result.notes.append("a sample is forward + backward (input and weight gradients) of one self-attention "
-                        "layer with a key padding mask; ratio = peer median / our median")
+    result.notes.append(
+        "a sample is forward + backward (input and weight gradients) of one self-attention "
+        "layer with a key padding mask; ratio = peer median / our median"
+    )
     result.judge()
     return result

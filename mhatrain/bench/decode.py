@@ -68,8 +68,18 @@ def _never_end(output: torch.nn.Linear) -> None:
             output.bias[D.EOS] = 0.0
 
 
-def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], forced: list[int], beam: int,
-                decode_cfg: DecodeConfig, precision: str, device, seed: int, compile: bool = False) -> Step:
+def decode_step(
+    peer: str,
+    source: ModelSource,
+    batches: list[torch.Tensor],
+    forced: list[int],
+    beam: int,
+    decode_cfg: DecodeConfig,
+    precision: str,
+    device,
+    seed: int,
+    compile: bool = False,
+) -> Step:
     """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids)."""
     device = torch.device(device)
     batches = [src.to(device) for src in batches]
@@ -86,10 +96,18 @@ def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], for
 
         def step():
             with autocast(device, precision):
-                return [model.generate(input_ids=src, attention_mask=src != D.PAD, do_sample=False,
-                                       max_new_tokens=n + 1, **({} if random_weights else {"min_new_tokens": n}),
-                                       **search)
-                        for src, n in zip(batches, forced)]
+                return [
+                    model.generate(
+                        input_ids=src,
+                        attention_mask=src != D.PAD,
+                        do_sample=False,
+                        max_new_tokens=n + 1,
+                        **({} if random_weights else {"min_new_tokens": n}),
+                        **search,
+                    )
+                    for src, n in zip(batches, forced)
+                ]
+
         return step
 
     model = our_model(source, device, seed)
@@ -101,6 +119,7 @@ def decode_step(peer: str, source: ModelSource, batches: list[torch.Tensor], for
     def step():
         with autocast(device, precision):
             return [beam_search(model, src, decode_cfg, beam, use_cache=use_cache) for src in batches]
+
     return step
 
 
@@ -119,18 +138,29 @@ def run(options: BenchOptions, log) -> BenchResult:
     repeats, warmup = options.repetitions("decode")
     random_weights = source.run_dir is None
     length = GEN_LEN[options.quick]
-    decode_cfg = (dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length) if random_weights
-                  else config.decode)
+    decode_cfg = (
+        dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length) if random_weights else config.decode
+    )
     m = config.model
-    result = BenchResult("decode", {
-        "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
-                 f"vocab {source.vocab_size}",
-        "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
-        "sentences": f"{len(sources)} from {where}", "beams": list(options.beams),
-        "generated_tokens": f"{length} + EOS per sentence" if random_weights else "ours' own; generate() forced to match",
-        "precisions": list(precisions), "repeats": repeats, "warmup": warmup, "compile": options.compile,
-        "device": str(device),
-    }, extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),))
+    result = BenchResult(
+        "decode",
+        {
+            "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
+            f"vocab {source.vocab_size}",
+            "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
+            "sentences": f"{len(sources)} from {where}",
+            "beams": list(options.beams),
+            "generated_tokens": f"{length} + EOS per sentence"
+            if random_weights
+            else "ours' own; generate() forced to match",
+            "precisions": list(precisions),
+            "repeats": repeats,
+            "warmup": warmup,
+            "compile": options.compile,
+            "device": str(device),
+        },
+        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
+    )
     for beam in options.beams:
         # the batches decode.translate_ids makes: length-sorted, batch_tokens × max(1, 4 // beam) source tokens
         order = D.batch_indices([len(s) + 1 for s in sources], decode_cfg.batch_tokens * max(1, 4 // beam))
@@ -141,21 +171,41 @@ def run(options: BenchOptions, log) -> BenchResult:
         for precision in precisions:
             case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
             log(f"bench decode: {case}")
-            common = dict(source=source, beam=beam, decode_cfg=decode_cfg, precision=precision, device=str(device),
-                          seed=options.seed)
-            workloads = {peer: Workload(__name__, "decode_step", dict(peer=peer, batches=batches, forced=forced, **common),
-                                        imports=("transformers",) if peer == "HF generate" else ()) for peer in PEERS}
+            common = dict(
+                source=source,
+                beam=beam,
+                decode_cfg=decode_cfg,
+                precision=precision,
+                device=str(device),
+                seed=options.seed,
+            )
+            workloads = {
+                peer: Workload(
+                    __name__,
+                    "decode_step",
+                    dict(peer=peer, batches=batches, forced=forced, **common),
+                    imports=("transformers",) if peer == "HF generate" else (),
+                )
+                for peer in PEERS
+            }
             largest = max(range(len(batches)), key=lambda b: batches[b].numel())
-            one_batch = {peer: dataclasses.replace(w, kwargs={**w.kwargs, "batches": [batches[largest]],
-                                                              "forced": [forced[largest]]})
-                         for peer, w in workloads.items()}
+            one_batch = {
+                peer: dataclasses.replace(
+                    w, kwargs={**w.kwargs, "batches": [batches[largest]], "forced": [forced[largest]]}
+                )
+                for peer, w in workloads.items()
+            }
             measured = measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
             result.notes += [f"{case} {problem}" for problem in measured.problems]
             metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in PEERS}
-            result.add_case(case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics)
+            result.add_case(
+                case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics
+            )
             if beam == 4:
-                result.targets += [Target(case, "ours, no cache", "ratio", 3.0, "ours ≥ 3×"),
-                                   Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×")]
+                result.targets += [
+                    Target(case, "ours, no cache", "ratio", 3.0, "ours ≥ 3×"),
+                    Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×"),
+                ]
             elif beam == 1:  # issue 14
                 result.targets.append(Target(case, "HF generate", "ratio", 1.3, "ours ≥ 1.3×"))
     result.notes.append("peak memory: decoding the batch with the most source cells; tokens/sent. from the first batch")
@@ -192,16 +242,27 @@ def _forced_lengths(source: ModelSource, batches, beam, decode_cfg, length, devi
 
 def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tuple[list[Check], dict[str, float]]:
     """On one batch in fp32: cached = uncached output; every peer generates the same tokens per sentence."""
-    outputs = {peer: decode_step(peer, source, [batch], [n], beam, decode_cfg, "fp32", device, seed)()[0]
-               for peer in PEERS}
+    outputs = {
+        peer: decode_step(peer, source, [batch], [n], beam, decode_cfg, "fp32", device, seed)()[0] for peer in PEERS
+    }
     tokens = {peer: generated_tokens(peer, out) for peer, out in outputs.items()}
     per_sentence = {peer: sum(t) / len(t) for peer, t in tokens.items()}
     label = "greedy" if beam == 1 else f"beam {beam}"
     same = outputs[OURS] == outputs["ours, no cache"]
-    checks = [Check(f"{label}: cached and uncached search give the same translations (fp32, first batch)", same,
-                    f"{sum(a == b for a, b in zip(outputs[OURS], outputs['ours, no cache']))}/{batch.size(0)} identical")]
+    checks = [
+        Check(
+            f"{label}: cached and uncached search give the same translations (fp32, first batch)",
+            same,
+            f"{sum(a == b for a, b in zip(outputs[OURS], outputs['ours, no cache']))}/{batch.size(0)} identical",
+        )
+    ]
     if source.run_dir is None:
         equal = all(t == tokens[OURS] for t in tokens.values())
-        checks.append(Check(f"{label}: every peer generates the same tokens per sentence (first batch)", equal,
-                            ", ".join(f"{peer} {v:.1f}" for peer, v in per_sentence.items())))
+        checks.append(
+            Check(
+                f"{label}: every peer generates the same tokens per sentence (first batch)",
+                equal,
+                ", ".join(f"{peer} {v:.1f}" for peer, v in per_sentence.items()),
+            )
+        )
     return checks, per_sentence

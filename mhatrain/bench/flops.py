@@ -39,8 +39,7 @@ def forward_macs(cfg: ModelConfig, vocab_size: int, src_lengths: torch.Tensor, t
     S, T = src_lengths.long(), tgt_lengths.long()
     n_src, n_tgt = int(S.sum()), int(T.sum())
     encoder = n_src * Le * (4 * D * D + 2 * D * F) + int((S * S).sum()) * Le * 2 * D
-    decoder = (n_tgt * Ld * (6 * D * D + 2 * D * F) + n_src * Ld * 2 * D * D
-               + int((T * T + T * S).sum()) * Ld * 2 * D)
+    decoder = n_tgt * Ld * (6 * D * D + 2 * D * F) + n_src * Ld * 2 * D * D + int((T * T + T * S).sum()) * Ld * 2 * D
     return encoder + decoder + n_tgt * D * vocab_size
 
 

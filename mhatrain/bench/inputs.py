@@ -91,8 +91,9 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int) -> D.Encoded:
     return D.Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
 
 
-def test_sources(options: BenchOptions, config: Config, tokenizer: D.Tokenizer | None, n: int,
-                 log) -> tuple[list[list[int]], str]:
+def test_sources(
+    options: BenchOptions, config: Config, tokenizer: D.Tokenizer | None, n: int, log
+) -> tuple[list[list[int]], str]:
     """Token ids of the test split (config's data.test_split, test_2016_flickr for Multi30k) or
     synthetic sources; at most `n` sentences (0 = all)."""
     directory = data_dir(options, config)

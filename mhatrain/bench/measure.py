@@ -17,8 +17,13 @@ class Measured:
     problems: list[str] = field(default_factory=list)  # "peer: memory not measured: ..."
 
 
-def measure_peers(workloads: dict[str, Workload], options: BenchOptions, repeats: int, warmup: int,
-                  memory_workloads: dict[str, Workload] | None = None) -> Measured:
+def measure_peers(
+    workloads: dict[str, Workload],
+    options: BenchOptions,
+    repeats: int,
+    warmup: int,
+    memory_workloads: dict[str, Workload] | None = None,
+) -> Measured:
     """Time the peers' steps in this process; with options.memory, rerun each (or its entry in
     `memory_workloads`) in a fresh process for its peak memory."""
     steps, notes = {}, {}

@@ -16,9 +16,9 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -39,8 +39,9 @@ class Workload:
         return lambda compile: function(compile=compile, **self.kwargs)
 
 
-def peak_memory_mib(workload: Workload, device: torch.device, compile: bool, threads: int,
-                    timeout: float = 3600) -> tuple[float | None, str]:
+def peak_memory_mib(
+    workload: Workload, device: torch.device, compile: bool, threads: int, timeout: float = 3600
+) -> tuple[float | None, str]:
     """(peak MiB of running the workload in a fresh process, note); None when the child failed."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
@@ -117,6 +118,8 @@ def _measure(workload: Workload, device_name: str, compile: bool, threads: int, 
             mib = peak.growth_kib() / 1024
         conn.send(("ok", round(mib, 1)))
     except BaseException as exc:  # report anything, the parent prints it as a note
-        conn.send(("error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"))
+        conn.send(
+            ("error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}")
+        )
     finally:
         conn.close()

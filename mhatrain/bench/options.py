@@ -28,7 +28,7 @@ REPETITIONS = {"attention": ((20, 3), (3, 1)), "train": ((5, 1), (2, 1)), "decod
 
 @dataclass
 class BenchOptions:
-    device: "torch.device" = field(default_factory=lambda: parse_device("cpu"))
+    device: torch.device = field(default_factory=lambda: parse_device("cpu"))
     quick: bool = False
     repeats: int | None = None  # None: the bench's default
     warmup: int | None = None
@@ -94,7 +94,7 @@ def parse_precision(text: str | None) -> tuple[str, ...] | None:
     return (text,)
 
 
-def parse_device(text: str | None) -> "torch.device":
+def parse_device(text: str | None) -> torch.device:
     import torch
 
     if text is None:

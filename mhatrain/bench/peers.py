@@ -25,7 +25,6 @@ from ..data import BOS, EOS, PAD
 from ..errors import MhatrainError
 from ..model import Transformer, sinusoidal_positions
 
-
 # ----------------------------------------------------------------------------- attention peers
 
 
@@ -59,7 +58,7 @@ class ArticleMultiHeadAttention(nn.Module):
         return self.w_o(stacked.view(batch_size, -1, self.d_model))
 
     @torch.no_grad()
-    def load_from(self, ours: MultiHeadAttention) -> "ArticleMultiHeadAttention":
+    def load_from(self, ours: MultiHeadAttention) -> ArticleMultiHeadAttention:
         """Copy our weights: head i's W_i^Q is the i-th block of d_k rows of our W_Q (and so on)."""
         for mine, theirs in ((self.w_q, ours.w_q), (self.w_k, ours.w_k), (self.w_v, ours.w_v)):
             for i, linear in enumerate(mine):
@@ -100,8 +99,16 @@ class TorchTransformerSeq2Seq(nn.Module):
         self.embed_dropout = nn.Dropout(cfg.dropout)
         with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": an inference-only fast path
             warnings.simplefilter("ignore", UserWarning)
-            self.transformer = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers,
-                                              cfg.d_ff, cfg.dropout, batch_first=True, norm_first=pre)
+            self.transformer = nn.Transformer(
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.n_encoder_layers,
+                cfg.n_decoder_layers,
+                cfg.d_ff,
+                cfg.dropout,
+                batch_first=True,
+                norm_first=pre,
+            )
         for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
             layer.dropout = nn.Identity()  # the FFN's inner dropout: the paper (and ours) has none
             for attn in (getattr(layer, "self_attn", None), getattr(layer, "multihead_attn", None)):
@@ -125,13 +132,19 @@ class TorchTransformerSeq2Seq(nn.Module):
         T = tgt_in.size(1)
         future = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = may NOT attend
         src_pad = src == PAD
-        out = self.transformer(self._embed(src), self._embed(tgt_in), tgt_mask=future, tgt_is_causal=True,
-                               src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_in == PAD,
-                               memory_key_padding_mask=src_pad)
+        out = self.transformer(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=future,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_in == PAD,
+            memory_key_padding_mask=src_pad,
+        )
         return self.output(out)
 
     @torch.no_grad()
-    def load_ours(self, ours: Transformer) -> "TorchTransformerSeq2Seq":
+    def load_ours(self, ours: Transformer) -> TorchTransformerSeq2Seq:
         """Copy the weights of our model (same config) so both compute the same function."""
         self.embed.weight.copy_(ours.embed.weight)
         if not self.cfg.tie_embeddings:
@@ -169,8 +182,10 @@ def require_transformers(why: str):
     try:
         import transformers
     except ImportError:
-        raise MhatrainError(f"{why} needs Hugging Face transformers, which is not installed: "
-                            f"pip install 'mhatrain[bench]' (or pip install 'transformers>=4.40')") from None
+        raise MhatrainError(
+            f"{why} needs Hugging Face transformers, which is not installed: "
+            f"pip install 'mhatrain[bench]' (or pip install 'transformers>=4.40')"
+        ) from None
     return transformers
 
 
@@ -179,13 +194,26 @@ def marian_config(cfg: ModelConfig, vocab_size: int):
     sinusoidal positions, our special-token ids. Marian is post-LN only (no pre-LN option)."""
     transformers = require_transformers("the MarianMT peer")
     return transformers.MarianConfig(
-        vocab_size=vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        activation_function="relu", dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
-        activation_dropout=0.0, max_position_embeddings=cfg.max_positions, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=cfg.tie_embeddings,
-        pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS, decoder_start_token_id=BOS,
+        vocab_size=vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function="relu",
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=0.0,
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=cfg.tie_embeddings,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        decoder_start_token_id=BOS,
         forced_eos_token_id=EOS,
     )
 
@@ -204,6 +232,10 @@ class MarianSeq2Seq(nn.Module):
         self.marian = marian_model(cfg, vocab_size)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return self.marian(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in,
-                           decoder_attention_mask=tgt_in != PAD, use_cache=False).logits
-
+        return self.marian(
+            input_ids=src,
+            attention_mask=src != PAD,
+            decoder_input_ids=tgt_in,
+            decoder_attention_mask=tgt_in != PAD,
+            use_cache=False,
+        ).logits

@@ -66,15 +66,33 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     extra_columns: tuple[tuple[str, str, str], ...] = ()  # (metric key, header, format) shown per row
 
-    def add_case(self, case: str, samples: dict[str, list[float]], work: float, unit: str,
-                 memory: dict[str, float | None] | None = None, notes: dict[str, str] | None = None,
-                 metrics: dict[str, dict] | None = None) -> None:
+    def add_case(
+        self,
+        case: str,
+        samples: dict[str, list[float]],
+        work: float,
+        unit: str,
+        memory: dict[str, float | None] | None = None,
+        notes: dict[str, str] | None = None,
+        metrics: dict[str, dict] | None = None,
+    ) -> None:
         """Rows for one case from each peer's timing samples (ours must be among them)."""
         ours = Summary.of(samples[OURS]).median
         for peer, peer_samples in samples.items():
             summary = Summary.of(peer_samples)
-            self.rows.append(Row(case, peer, summary, work, unit, summary.median / ours,
-                                 (memory or {}).get(peer), (metrics or {}).get(peer, {}), (notes or {}).get(peer, "")))
+            self.rows.append(
+                Row(
+                    case,
+                    peer,
+                    summary,
+                    work,
+                    unit,
+                    summary.median / ours,
+                    (memory or {}).get(peer),
+                    (metrics or {}).get(peer, {}),
+                    (notes or {}).get(peer, ""),
+                )
+            )
 
     def row(self, case: str, peer: str) -> Row | None:
         return next((r for r in self.rows if r.case == case and r.peer == peer), None)
@@ -103,8 +121,12 @@ class BenchResult:
 
 def describe_machine(device: torch.device) -> dict:
     info = {
-        "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
         "device": str(device),
     }
     if device.type == "cuda":
@@ -142,16 +164,25 @@ def _seconds(s: float) -> str:
 
 def _columns(result: BenchResult) -> list[str]:
     unit = result.rows[0].unit if result.rows else "throughput"
-    return (["case", "peer", "median", "IQR", "min–max", unit, "vs ours", "peak MiB"]
-            + [header for _, header, _ in result.extra_columns] + ["target", "status"])
+    return (
+        ["case", "peer", "median", "IQR", "min–max", unit, "vs ours", "peak MiB"]
+        + [header for _, header, _ in result.extra_columns]
+        + ["target", "status"]
+    )
 
 
 def _cells(result: BenchResult, row: Row) -> list[str]:
     t = row.time
-    cells = [row.case, row.peer + (f" ({row.note})" if row.note and row.note != "eager" else ""),
-             _seconds(t.median), f"{_seconds(t.q1)}–{_seconds(t.q3)}", f"{_seconds(t.min)}–{_seconds(t.max)}",
-             f"{row.throughput:,.1f}", f"{row.ratio:.2f}×",
-             "—" if row.memory_mib is None else f"{row.memory_mib:,.0f}"]
+    cells = [
+        row.case,
+        row.peer + (f" ({row.note})" if row.note and row.note != "eager" else ""),
+        _seconds(t.median),
+        f"{_seconds(t.q1)}–{_seconds(t.q3)}",
+        f"{_seconds(t.min)}–{_seconds(t.max)}",
+        f"{row.throughput:,.1f}",
+        f"{row.ratio:.2f}×",
+        "—" if row.memory_mib is None else f"{row.memory_mib:,.0f}",
+    ]
     for key, _, fmt in result.extra_columns:
         value = row.metrics.get(key)
         cells.append("—" if value is None else format(value, fmt))
@@ -197,11 +228,19 @@ def _print_wide(console, table) -> None:
 
 
 def markdown(results: list[BenchResult], machine: dict) -> str:
-    lines = ["<!-- written by `mhatrain bench ... --markdown`; ratios are peer time / our time -->", "",
-             "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()), ""]
+    lines = [
+        "<!-- written by `mhatrain bench ... --markdown`; ratios are peer time / our time -->",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+        "",
+    ]
     for result in results:
-        lines += [f"### mhatrain bench {result.bench}", "",
-                  "Settings: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()), ""]
+        lines += [
+            f"### mhatrain bench {result.bench}",
+            "",
+            "Settings: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()),
+            "",
+        ]
         columns = _columns(result)
         lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for row in result.rows:
@@ -213,7 +252,9 @@ def markdown(results: list[BenchResult], machine: dict) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(results: list[BenchResult], machine: dict, json_path: Path | None, markdown_path: Path | None) -> None:
+def write_outputs(
+    results: list[BenchResult], machine: dict, json_path: Path | None, markdown_path: Path | None
+) -> None:
     from ..io import atomic_write_text
 
     if json_path is not None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -35,7 +35,7 @@ class Summary:
     n: int
 
     @classmethod
-    def of(cls, samples: list[float]) -> "Summary":
+    def of(cls, samples: list[float]) -> Summary:
         if len(samples) >= 2:
             q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
         else:

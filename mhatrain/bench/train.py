@@ -21,8 +21,7 @@ from .. import data as D
 from .. import train as our_train
 from ..config import Config, ModelConfig, TrainConfig
 from ..model import build_model, count_parameters
-from ..precision import autocast
-from ..train import batch_loss, make_optimizer
+from ..train import batch_loss
 from . import against as other
 from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
@@ -50,16 +49,29 @@ def build_seq2seq(peer: str, cfg: ModelConfig, vocab_size: int) -> torch.nn.Modu
     raise ValueError(peer)
 
 
-def train_step(peer: str, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, batches: list[D.Batch],
-               precision: str, device, seed: int, compile: bool = False, against: str | None = None) -> Step:
+def train_step(
+    peer: str,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab_size: int,
+    batches: list[D.Batch],
+    precision: str,
+    device,
+    seed: int,
+    compile: bool = False,
+    against: str | None = None,
+) -> Step:
     """One sample: a training update on each batch, as `mhatrain.train._update` does it.
 
     against: a checkout whose model, loss and optimiser the peer that is not ours uses."""
     device = torch.device(device)
     torch.manual_seed(seed)
     train_module = other.import_checkout(against, "train") if against is not None and peer != OURS else our_train
-    model = (train_module.build_model(model_cfg, vocab_size) if train_module is not our_train
-             else build_seq2seq(peer, model_cfg, vocab_size))
+    model = (
+        train_module.build_model(model_cfg, vocab_size)
+        if train_module is not our_train
+        else build_seq2seq(peer, model_cfg, vocab_size)
+    )
     autocast, batch_loss, make_optimizer = train_module.autocast, train_module.batch_loss, train_module.make_optimizer
     model = model.to(device).train()
     optimizer = make_optimizer(model.parameters(), train_cfg, LR)  # the trainer's, for every peer
@@ -91,12 +103,23 @@ def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: D.Batch, d
     a, b = ours(batch.src, batch.tgt_in)[real], peer(batch.src, batch.tgt_in)[real]
     diff, scale = float((a - b).abs().max()), float(a.abs().max())
     tolerance = 1e-4 * max(1.0, scale)
-    return Check("nn.Transformer with our weights gives our logits (fp32)", diff <= tolerance,
-                 f"max |Δ| {diff:.1e}, tolerance {tolerance:.0e}")
+    return Check(
+        "nn.Transformer with our weights gives our logits (fp32)",
+        diff <= tolerance,
+        f"max |Δ| {diff:.1e}, tolerance {tolerance:.0e}",
+    )
 
 
-def check_against(cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, batch: D.Batch, device, seed: int,
-                  against: str, name: str) -> Check:
+def check_against(
+    cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab_size: int,
+    batch: D.Batch,
+    device,
+    seed: int,
+    against: str,
+    name: str,
+) -> Check:
     """The other checkout's model, loaded with our weights, gives our loss and gradients (fp32, no dropout)."""
     train_module = other.import_checkout(against, "train")
     torch.manual_seed(seed)
@@ -111,13 +134,17 @@ def check_against(cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, bat
         results.append((float(loss.detach()), {n: p.grad for n, p in model.named_parameters()}))
     (a, grads_a), (b, grads_b) = results
     loss_diff = abs(a - b) / max(1.0, abs(a))
-    grad_diff = max(float((grads_a[n] - grads_b[n]).abs().max()) / max(1e-6, float(grads_a[n].abs().max()))
-                    for n in grads_a)
+    grad_diff = max(
+        float((grads_a[n] - grads_b[n]).abs().max()) / max(1e-6, float(grads_a[n].abs().max())) for n in grads_a
+    )
     # fp32 kernels that sum in another order (the loss's log-softmax, SDPA's causal mode) differ in
     # the last bits, and 12 layers of backward pass amplify that: 1.9e-4 measured for 062a073 at full size.
     passed = loss_diff <= 1e-5 and grad_diff <= 1e-3
-    return Check(f"{name} with our weights gives our loss and gradients (fp32)", passed,
-                 f"loss rel. |Δ| {loss_diff:.1e}, largest gradient |Δ| / max |g| {grad_diff:.1e}")
+    return Check(
+        f"{name} with our weights gives our loss and gradients (fp32)",
+        passed,
+        f"loss rel. |Δ| {loss_diff:.1e}, largest gradient |Δ| / max |g| {grad_diff:.1e}",
+    )
 
 
 PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it ~100x slower
@@ -154,51 +181,91 @@ def run(options: BenchOptions, log) -> BenchResult:
     flops = sum(training_flops(config.model, vocab, b) for b in inputs.batches)
     peaks = measure_peaks(device, options.quick)
     m = config.model
-    result = BenchResult("train", {
-        "config": str(options.config), "quick": options.quick,
-        "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, d_ff {m.d_ff}, "
-                 f"{m.n_heads} heads, {m.norm}-LN, vocab {vocab}",
-        "batches": f"{len(inputs.batches)} × ≤{config.train.max_tokens} tokens from {inputs.source}",
-        "target_tokens_per_sample": tokens, "model_flops_per_target_token": round(flops / tokens),
-        "peak_fp32_gflops": float(f"{peaks['fp32'] / 1e9:.4g}"), "peak_bf16_gflops": float(f"{peaks['bf16'] / 1e9:.4g}"),
-        "peak_matmul_n": peaks["n_fp32"], "peak_matmul_n_bf16": peaks["n_bf16"], "precisions": list(precisions), "repeats": repeats, "warmup": warmup,
-        "compile": options.compile, "device": str(device),
-    }, extra_columns=(("gflops", "GFLOP/s", ",.1f"), ("bf16_peak_share", "% bf16 peak", ".1%"),
-                      ("fp32_peak_share", "% fp32 peak", ".1%")))
+    result = BenchResult(
+        "train",
+        {
+            "config": str(options.config),
+            "quick": options.quick,
+            "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, d_ff {m.d_ff}, "
+            f"{m.n_heads} heads, {m.norm}-LN, vocab {vocab}",
+            "batches": f"{len(inputs.batches)} × ≤{config.train.max_tokens} tokens from {inputs.source}",
+            "target_tokens_per_sample": tokens,
+            "model_flops_per_target_token": round(flops / tokens),
+            "peak_fp32_gflops": float(f"{peaks['fp32'] / 1e9:.4g}"),
+            "peak_bf16_gflops": float(f"{peaks['bf16'] / 1e9:.4g}"),
+            "peak_matmul_n": peaks["n_fp32"],
+            "peak_matmul_n_bf16": peaks["n_bf16"],
+            "precisions": list(precisions),
+            "repeats": repeats,
+            "warmup": warmup,
+            "compile": options.compile,
+            "device": str(device),
+        },
+        extra_columns=(
+            ("gflops", "GFLOP/s", ",.1f"),
+            ("bf16_peak_share", "% bf16 peak", ".1%"),
+            ("fp32_peak_share", "% fp32 peak", ".1%"),
+        ),
+    )
     sizes = f"n={peaks['n_fp32']}" + ("" if peaks["n_bf16"] == peaks["n_fp32"] else f", bf16 n={peaks['n_bf16']}")
-    log(f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
-        f"({sizes}); {flops / tokens / 1e6:.1f} MFLOP per target token")
+    log(
+        f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
+        f"({sizes}); {flops / tokens / 1e6:.1f} MFLOP per target token"
+    )
     if against is not None:
         result.settings["against"] = against
-        result.checks.append(check_against(config.model, config.train, vocab, inputs.batches[0], device, options.seed,
-                                           against, peers[1]))
+        result.checks.append(
+            check_against(config.model, config.train, vocab, inputs.batches[0], device, options.seed, against, peers[1])
+        )
     else:
         result.checks.append(check_torch_transformer(config.model, vocab, inputs.batches[0], device, options.seed))
         _describe_peers(result, config.model, vocab)
     for precision in precisions:
         case = precision
         log(f"bench train: {case}")
-        workloads = {peer: Workload(__name__, "train_step", dict(
-            peer=peer, model_cfg=config.model, train_cfg=config.train, vocab_size=vocab, batches=inputs.batches,
-            precision=precision, device=str(device), seed=options.seed, against=against),
-            imports=("transformers",) if peer == "MarianMT" else ()) for peer in peers}
+        workloads = {
+            peer: Workload(
+                __name__,
+                "train_step",
+                dict(
+                    peer=peer,
+                    model_cfg=config.model,
+                    train_cfg=config.train,
+                    vocab_size=vocab,
+                    batches=inputs.batches,
+                    precision=precision,
+                    device=str(device),
+                    seed=options.seed,
+                    against=against,
+                ),
+                imports=("transformers",) if peer == "MarianMT" else (),
+            )
+            for peer in peers
+        }
         measured = measure_peers(workloads, options, repeats, warmup)
         result.notes += [f"{case} {problem}" for problem in measured.problems]
         metrics = {}
         for peer, peer_samples in measured.samples.items():
             achieved = flops / Summary.of(peer_samples).median
-            metrics[peer] = {"gflops": achieved / 1e9, "bf16_peak_share": achieved / peaks["bf16"],
-                             "fp32_peak_share": achieved / peaks["fp32"]}
+            metrics[peer] = {
+                "gflops": achieved / 1e9,
+                "bf16_peak_share": achieved / peaks["bf16"],
+                "fp32_peak_share": achieved / peaks["fp32"],
+            }
         result.add_case(case, measured.samples, tokens, "tokens/s", measured.memory, measured.notes, metrics)
         if against is not None:
             result.targets.append(Target(case, peers[1], "ratio", AGAINST_SPEEDUP, f"ours ≥ {AGAINST_SPEEDUP}×"))
         else:
-            result.targets += [Target(case, "nn.Transformer", "ratio", 1.3, "ours ≥ 1.3×"),
-                               Target(case, "MarianMT", "ratio", 1.5, "ours ≥ 1.5×")]
+            result.targets += [
+                Target(case, "nn.Transformer", "ratio", 1.3, "ours ≥ 1.3×"),
+                Target(case, "MarianMT", "ratio", 1.5, "ours ≥ 1.5×"),
+            ]
         if precision == "bf16":
             result.targets.append(Target(case, OURS, "bf16_peak_share", 0.45, "≥ 45% bf16 peak"))
-    result.notes.append("FLOP/s = model FLOPs of the sample's batches (see docs/performance.md) / median time; "
-                        "shares are of the matmul peak measured in this run")
+    result.notes.append(
+        "FLOP/s = model FLOPs of the sample's batches (see docs/performance.md) / median time; "
+        "shares are of the matmul peak measured in this run"
+    )
     result.judge()
     return result
 
@@ -209,5 +276,10 @@ def _describe_peers(result: BenchResult, cfg: ModelConfig, vocab: int) -> None:
     if cfg.norm == "pre":
         result.notes.append("MarianMT has no pre-LN option: it runs post-LN (same FLOPs)")
     largest, smallest = max(counts.values()), min(counts.values())
-    result.checks.append(Check("peers have our dimensions (trainable parameters within 1%)",
-                               largest <= 1.01 * smallest, f"{smallest:,}–{largest:,}"))
+    result.checks.append(
+        Check(
+            "peers have our dimensions (trainable parameters within 1%)",
+            largest <= 1.01 * smallest,
+            f"{smallest:,}–{largest:,}",
+        )
+    )
