@@ -169,13 +169,12 @@ def analyse_roles(
     console: Console | None = None,
 ) -> dict:
     """`mhatrain heads RUN_DIR --roles`: measure, classify, write RUN_DIR/heads/roles-SPLIT.json, print."""
-    from .heads import load_eval_set
+    from .heads import _set_threads, load_eval_set
     from .runner import load_run
 
     console = console or Console()
     run = load_run(run_dir, checkpoint, list(overrides))
-    if run.config.train.threads:
-        torch.set_num_threads(run.config.train.threads)
+    _set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     run.model.eval()
     means = measure_roles(run.model, evalset.batches)
