@@ -50,7 +50,7 @@ from .errors import MhatrainError
 from .export import portable_text
 from .io import atomic_write_text, read_json
 from .provenance import PROVENANCE_FILE, code_version, record_session, session
-from .runtime import slow_bf16_warning
+from .runtime import is_device_name, slow_bf16_warning
 
 STUDY_FILE = "study.yaml"
 BASE_CONFIG = "base-config.yaml"
@@ -143,7 +143,7 @@ def parse_devices(text: str | None) -> list[str]:
         return []
     devices = [d.strip() for d in text.split(",") if d.strip()]
     for device in devices:
-        if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        if not is_device_name(device):
             raise MhatrainError(f"--devices: {device!r} is not cpu, cuda or cuda:N")
         if device.startswith("cuda"):
             import torch

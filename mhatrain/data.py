@@ -23,9 +23,15 @@ import torch
 
 from .config import DataConfig
 from .errors import DataError
-from .tokens import Encoded, TokenTable, id_dtype  # noqa: F401  (Encoded: the type callers build batches from)
-
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from .tokens import (  # noqa: F401  (Encoded: the type callers build batches from; the special ids, for callers)
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    Encoded,
+    TokenTable,
+    id_dtype,
+)
 
 # Other names the same split often has on disk (Multi30k's raw release, WMT dev sets, ...).
 SPLIT_ALIASES = {

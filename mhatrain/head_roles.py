@@ -30,6 +30,7 @@ from rich.console import Console
 
 from . import data as D
 from .io import atomic_write_json
+from .runtime import set_threads
 
 ROLE_THRESHOLDS = {"sink": 0.5, "positional": 0.5, "diffuse": 0.75}
 ROLES = ("sink", "positional", "diffuse", "other")
@@ -169,12 +170,12 @@ def analyse_roles(
     console: Console | None = None,
 ) -> dict:
     """`mhatrain heads RUN_DIR --roles`: measure, classify, write RUN_DIR/heads/roles-SPLIT.json, print."""
-    from .heads import _set_threads, load_eval_set
+    from .heads import load_eval_set
     from .runner import load_run
 
     console = console or Console()
     run = load_run(run_dir, checkpoint, list(overrides))
-    _set_threads(run.config.train.threads)
+    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     run.model.eval()
     means = measure_roles(run.model, evalset.batches)

@@ -37,12 +37,12 @@ from rich.table import Table
 
 from . import data as D
 from .config import DecodeConfig
-from .decode import translate_ids
+from .decode import source_ids, translate_ids
 from .errors import MhatrainError
 from .evaluate import bleu_score
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
-from .precision import autocast
+from .runtime import autocast, set_threads
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
@@ -158,10 +158,9 @@ def sentence_maps(
     ids = tokenizer.encode([sentence])[0]
     if not ids:
         raise MhatrainError(f"sentence {sentence!r} has no tokens")
-    limit = model.cfg.max_positions - 1
-    src_ids = ids[: limit - 1] + [D.EOS]  # as translate_ids truncates
+    src_ids = source_ids(ids, model.cfg.max_positions)  # what translate_ids encodes
     hyp = translate_ids(model, [ids], cfg, device, beam)[0]
-    tgt_ids = [D.BOS] + hyp[:limit]
+    tgt_ids = [D.BOS] + hyp[: model.cfg.max_positions - 1]
     attention = attention_maps(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
     maps = {kind: torch.stack(getattr(attention, FIELDS[kind]))[:, 0].float().cpu() for kind in KINDS}
     return SentenceMaps(
@@ -249,7 +248,7 @@ def show_attention(
     if page_path is not None and page_path.is_dir():
         raise MhatrainError(f"--html {page_path} is a directory; give a file name, e.g. {page_path / 'attention.html'}")
     run = load_run(run_dir, overrides=list(overrides))
-    _set_threads(run.config.train.threads)
+    set_threads(run.config.train.threads)
     layers = parse_layers(layer, run.model, kinds)
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
     report = {
@@ -359,11 +358,6 @@ def _print_attention(sm: SentenceMaps, records: list[dict], console: Console) ->
 
 def _share(value: float | None) -> str:
     return "–" if value is None else f"{value:.0%}"
-
-
-def _set_threads(threads: int) -> None:
-    if threads:
-        torch.set_num_threads(threads)
 
 
 # ----------------------------------------------------------------------------- importance
@@ -660,7 +654,7 @@ def analyse_heads(
     if beam < 1 or max_sentences < 0:
         raise MhatrainError("--beam must be at least 1 and --max-sentences at least 0")
     run = load_run(run_dir, checkpoint, list(overrides))
-    _set_threads(run.config.train.threads)
+    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     model = run.model
     judge = Judge(

@@ -15,8 +15,8 @@ from torch import nn
 
 from .attention import KVCache, Mask, MultiHeadAttention
 from .config import ModelConfig
-from .data import PAD
 from .dropout import Dropout
+from .tokens import PAD
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
-"""Training: data preparation, the loss, the paper's learning-rate schedule, and the loop.
+"""Training: data preparation, validation, and the loop (one update is step.py's).
 
 The loop reads top to bottom: for each epoch, deterministic token batches; for each update,
-`accum_steps` batches of forward/backward, clip, Adam step; validate and checkpoint at the
+`accum_steps` batches of forward/backward, clip, Adam step (step.optimizer_update); validate and checkpoint at the
 configured interval; stop on max_epochs, max_steps, early stopping or a signal.
 Resuming restores model, optimiser, step, data position and RNG state, so a resumed run
 produces the same weights as an uninterrupted one.
@@ -44,18 +44,10 @@ from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
-from .loss import smoothed_cross_entropy
 from .model import Transformer, build_model, count_parameters
-from .precision import autocast, loss_scaler
-from .runtime import slow_bf16_warning
+from .runtime import autocast, loss_scaler, set_threads, slow_bf16_warning
+from .step import batch_loss, make_optimizer, noam_lr, optimizer_update
 from .tokens import load_encoded, save_encoded
-
-
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
-    step = max(step, 1)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
 
 # ----------------------------------------------------------------------------- data
 
@@ -105,29 +97,7 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     )
 
 
-# ----------------------------------------------------------------------------- loss and validation
-
-
-def batch_loss(model: Transformer, batch: D.Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over the batch's target tokens (PAD
-    positions excluded), both fp32, as F.cross_entropy with label_smoothing computes them (see
-    mhatrain.loss: one pass serves both, without an [N, V] fp32 log-softmax)."""
-    logits = model(batch.src, batch.tgt_in)  # [B, T, V]
-    gold = batch.tgt_out.reshape(-1)
-    real = gold != D.PAD
-    per_token, nll = smoothed_cross_entropy(logits.view(-1, logits.size(-1)), gold, smoothing)
-    return per_token[real].sum(), nll[real].sum()
-
-
-def make_optimizer(parameters, t, lr: float) -> torch.optim.Adam:
-    """The paper's Adam; the fused kernel where this torch has one for the device (one pass over all
-    parameters instead of a loop of small operations per tensor)."""
-    parameters = list(parameters)
-    device = parameters[0].device.type
-    fused = device in ("cpu", "cuda") and all(p.dtype.is_floating_point for p in parameters)
-    return torch.optim.Adam(
-        parameters, lr=lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay, fused=fused
-    )
+# ----------------------------------------------------------------------------- validation
 
 
 @torch.no_grad()
@@ -269,8 +239,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     if t.tensorboard:
         check_tensorboard()  # before any data is read or any model is built
     last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    set_threads(t.threads)
     device = procs.device
     torch.manual_seed(t.seed)
     random.seed(t.seed)
@@ -383,9 +352,10 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
                     started = time.perf_counter()
                     step = progress.step + 1
+                    lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
                     stats = step_model.run(
-                        lambda m, share=share, step=step: _update(
-                            m, wrapped, optimizer, scaler, share, config, step, procs
+                        lambda m, share=share, lr=lr: optimizer_update(
+                            m, wrapped, optimizer, scaler, share, t, lr, procs
                         ),
                         optimizer,
                     )
@@ -541,68 +511,6 @@ def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> li
     if procs.device.type == "cuda":
         share = [(batch.pin_memory(), weight) for batch, weight in share]
     return share
-
-
-def _update(
-    step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int, procs: Group
-) -> dict:
-    """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
-
-    The loss is averaged over the target tokens of the batches of all processes: the gradient is the
-    one that a single process computes from all of them with accum_steps = their number.
-    """
-    t, device = config.train, procs.device
-    sizes = [(w * b.n_tgt_tokens, *(w * n for n in b.padding_cells)) for b, w in share]
-    n_tokens, pad, cells = (int(n) for n in procs.sum(*map(sum, zip(*sizes))))  # of the whole update
-    loss_sum = nll_sum = 0.0
-    try:
-        for k, (batch, weight) in enumerate(share):
-            batch = batch.to(device, non_blocking=True)  # from pinned memory on CUDA: overlaps the step
-            with procs.accumulating(wrapped, final=k == len(share) - 1):
-                with autocast(device, t.precision):
-                    loss, nll = batch_loss(step_model, batch, t.label_smoothing)
-                # DDP averages the gradients of the processes: × world turns the average into the sum.
-                scaler.scale(loss * (weight * procs.world) / n_tokens).backward()  # fp16: × the loss scale
-            loss_sum += weight * float(loss.detach())
-            nll_sum += weight * float(nll)
-    except torch.OutOfMemoryError:
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        if procs.launched:  # the other processes already wait for this one's gradients: no way to skip
-            raise MhatrainError(
-                f"out of memory on rank {procs.rank} in an update of {n_tokens} target tokens; with "
-                f"several processes an update cannot be skipped: lower train.max_tokens"
-            ) from None
-        return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
-    loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
-    # After DDP's exchange every process holds the same gradients, so all of them decide alike.
-    scaler.unscale_(optimizer)  # fp16: gradients back to their true size, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
-    if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        if scaler.is_enabled() and math.isfinite(loss_sum):
-            # fp16 overflow of the scaled gradients: the scaler's normal way of finding its scale, not a
-            # bad update, unless the scale has already fallen below 1 (then the gradients are not finite)
-            scale = scaler.get_scale()
-            scaler.update()  # halves the scale
-            return {"skipped": f"fp16 gradient overflow at loss scale {scale:g}", "loss_scale_lowered": scale >= 1}
-        return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
-    lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
-    fault_point("update")
-    scaler.step(optimizer)  # = optimizer.step() (the gradients are finite, checked above)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return {
-        "loss": round(loss_sum / n_tokens, 4),
-        "nll": round(nll_sum / n_tokens, 4),
-        "lr": lr,
-        "grad_norm": round(float(grad_norm), 3),
-        "tokens": n_tokens,
-        "padding": round(pad / cells, 3),
-    }
 
 
 def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:

@@ -16,7 +16,8 @@ from rich.console import Console
 from mhatrain.checkpoint import load_checkpoint, open_run, save_checkpoint
 from mhatrain.config import load_config
 from mhatrain.errors import CheckpointError
-from mhatrain.train import noam_lr, train
+from mhatrain.step import noam_lr
+from mhatrain.train import train
 
 from .conftest import ROOT, TINY, run_cli
 
@@ -192,7 +193,7 @@ def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeyp
 
 def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
     """With a clock that moves a minute per reading, every update is due a timed checkpoint."""
-    import mhatrain.train as T
+    import mhatrain.step as T
     from mhatrain.checkpoint import list_snapshots
 
     minutes = iter(range(10_000))
@@ -350,7 +351,7 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
 
 def _poison_losses(monkeypatch, bad_calls):
     """Make batch_loss return NaN on the given call numbers (1-based)."""
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -390,7 +391,7 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
 def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache, monkeypatch):
     """fp16 trains through torch.amp.GradScaler: an update whose scaled gradients overflow (the loss itself
     finite) is skipped and halves the scale, and such skips do not count towards train.max_bad_updates."""
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -420,7 +421,7 @@ def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache
 
 
 def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, monkeypatch):
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -446,7 +447,7 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
 
     import mhatrain.loss
     from mhatrain.data import PAD, Batch
-    from mhatrain.train import batch_loss
+    from mhatrain.step import batch_loss
 
     monkeypatch.setitem(mhatrain.loss.BLOCK_BYTES, "cpu", block_bytes)
     torch.manual_seed(0)

@@ -23,9 +23,9 @@ import torch
 
 from .. import data as D
 from ..config import Config, DecodeConfig, ModelConfig
-from ..decode import beam_search
+from ..decode import batch_source_tokens, beam_search
 from ..model import build_model
-from ..precision import autocast
+from ..runtime import autocast
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
 from .memory import Workload
@@ -162,8 +162,8 @@ def run(options: BenchOptions, log) -> BenchResult:
         extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
     )
     for beam in options.beams:
-        # the batches decode.translate_ids makes: length-sorted, batch_tokens × max(1, 4 // beam) source tokens
-        order = D.batch_indices([len(s) + 1 for s in sources], decode_cfg.batch_tokens * max(1, 4 // beam))
+        # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
+        order = D.batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
         batches = [pad_sources([sources[i] for i in indices]) for indices in order]
         forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
         check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)

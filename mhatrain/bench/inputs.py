@@ -17,6 +17,7 @@ import torch
 from .. import data as D
 from ..config import Config
 from ..errors import MhatrainError
+from ..tokens import EOS, right_padded
 from .options import DEFAULT_DATA, QUICK_D_MODEL, BenchOptions
 
 # --quick: a 2+2-layer d64 model, a 1,000-token vocabulary and small batches
@@ -107,7 +108,4 @@ def test_sources(
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:
     """[B, S] ids + EOS, right-padded, as `decode.translate_ids` builds them."""
-    out = torch.full((len(sources), max(len(s) for s in sources) + 1), D.PAD, dtype=torch.long)
-    for row, seq in enumerate(sources):
-        out[row, : len(seq) + 1] = torch.tensor(seq + [D.EOS], dtype=torch.long)
-    return out
+    return torch.from_numpy(right_padded(sources, after=EOS))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import MhatrainError
+from ..runtime import is_device_name
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
     import torch
@@ -99,7 +100,7 @@ def parse_device(text: str | None) -> torch.device:
 
     if text is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if text not in ("cpu", "cuda") and not (text.startswith("cuda:") and text[5:].isdigit()):
+    if not is_device_name(text):
         raise MhatrainError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
     if text.startswith("cuda") and not torch.cuda.is_available():
         raise MhatrainError(f"--device {text} but CUDA is not available on this machine")

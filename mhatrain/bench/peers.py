@@ -21,9 +21,9 @@ from torch import nn
 
 from ..attention import MultiHeadAttention
 from ..config import ModelConfig
-from ..data import BOS, EOS, PAD
 from ..errors import MhatrainError
 from ..model import Transformer, sinusoidal_positions
+from ..tokens import BOS, EOS, PAD
 
 # ----------------------------------------------------------------------------- attention peers
 
