@@ -273,9 +273,9 @@ def attention(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
-    from .heads import show_attention
+    from .attention_maps import show_attention
 
-    show_attention(run_dir, sentence, layer, kind, out, console, set_ or [], html)
+    show_attention(run_dir, sentence, parse_layer(layer), parse_kinds(kind), out, console, set_ or [], html)
 
 
 @app.command()
@@ -300,6 +300,7 @@ def heads(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
+    checkpoint = choice(checkpoint, "--checkpoint", ("best", "last"))
     if roles:
         from .head_roles import analyse_roles
 
@@ -307,7 +308,17 @@ def heads(
         return
     from .heads import analyse_heads
 
-    analyse_heads(run_dir, split, metric, max_sentences, beam, out, checkpoint, set_ or [], console)
+    analyse_heads(
+        run_dir,
+        split,
+        choice(metric, "--metric", ("bleu", "loss")),
+        max_sentences,
+        beam,
+        out,
+        checkpoint,
+        set_ or [],
+        console,
+    )
 
 
 @app.command()
@@ -334,13 +345,16 @@ def bench(
         True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="Model, batches and decoding settings (default: configs/multi30k.yaml)."
+        None,
+        "--config",
+        help="Model, batches and decoding settings (default: configs/multi30k.yaml in the current directory, "
+        "a source checkout's root).",
     ),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
     data: Path | None = typer.Option(
         None,
         "--data",
-        help="train/decode: text directory (default: data.local_dir or ../shared/data/multi30k; synthetic if absent).",
+        help="train/decode: text directory, e.g. ../shared/data/multi30k (default: data.local_dir; synthetic if absent).",
     ),
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="decode: a run directory whose best weights ours uses."
@@ -361,15 +375,15 @@ def bench(
     from .bench import BenchOptions, report_benches
     from .bench import options as bench_options
 
-    chosen = bench_options.parse_names(list(names))
+    chosen = parse_bench_names(list(names))
     options = BenchOptions(
-        device=bench_options.parse_device(device),
+        device=parse_device(device),
         quick=quick,
         repeats=repeats,
         warmup=warmup,
-        precisions=bench_options.parse_precision(precision),
-        heads=bench_options.parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
-        beams=bench_options.parse_int_list(beams, "--beams"),
+        precisions=parse_precision(precision),
+        heads=parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
+        beams=parse_int_list(beams, "--beams"),
         compile=compile_,
         memory=memory,
         threads=threads,
@@ -383,6 +397,88 @@ def bench(
     )
     bench_options.check_options(chosen, options, heads_given=heads is not None)
     report_benches(chosen, options, console, json_path, markdown_path)
+
+
+# ----------------------------------------------------------------------------- option values → typed values
+
+
+def choice(value: str, option: str, choices: tuple[str, ...]) -> str:
+    """`value` if it is one of `choices`, else the one-line error."""
+    if value not in choices:
+        raise MhatrainError(f"{option} must be {' or '.join(choices)}, got {value!r}")
+    return value
+
+
+def parse_kinds(kind: str) -> tuple[str, ...]:
+    """--kind: one kind of attention, or all of them."""
+    from .attention_maps import KINDS
+
+    if kind == "all":
+        return KINDS
+    if kind not in KINDS:
+        raise MhatrainError(f"--kind must be one of {', '.join(KINDS)} or all, got {kind!r}")
+    return (kind,)
+
+
+def parse_layer(layer: str) -> int | None:
+    """--layer: a layer number (from 1), or None for all (the model decides which numbers exist)."""
+    if layer == "all":
+        return None
+    try:
+        return int(layer)
+    except ValueError:
+        raise MhatrainError(f"--layer must be a layer number (from 1) or all, got {layer!r}") from None
+
+
+def parse_bench_names(names: list[str]) -> list[str]:
+    """The benches to run, each once, in the order given."""
+    from .bench.options import BENCHES
+
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        raise MhatrainError(f"unknown bench {unknown[0]!r}: choose from {', '.join(BENCHES)}")
+    if not names:
+        raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_int_list(text: str, option: str) -> tuple[int, ...]:
+    """'1,4,8' → (1, 4, 8); one-line error for anything else."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
+def parse_precision(text: str | None) -> tuple[str, ...] | None:
+    """--precision of the benches: fp32, bf16 or both; None: each bench's default."""
+    from .bench.options import PRECISIONS
+
+    if text is None:
+        return None
+    if text == "both":
+        return PRECISIONS
+    if text not in PRECISIONS:
+        raise MhatrainError(f"--precision must be fp32, bf16 or both, got {text!r}")
+    return (text,)
+
+
+def parse_device(text: str | None):
+    """--device of the benches: cpu, cuda or cuda:N (default: cuda when available) → torch.device."""
+    import torch
+
+    from .runtime import is_device_name
+
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not is_device_name(text):
+        raise MhatrainError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
+    if text.startswith("cuda") and not torch.cuda.is_available():
+        raise MhatrainError(f"--device {text} but CUDA is not available on this machine")
+    return torch.device(text)
 
 
 def with_optional_values(args: list[str]) -> list[str]:

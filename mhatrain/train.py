@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import data as D
-from . import provenance
+from . import data, provenance
 from .checkpoint import (
     check_compatible,
     drop_snapshots_after,
@@ -54,9 +53,9 @@ from .tokens import load_encoded, save_encoded
 
 @dataclass
 class Prepared:
-    tokenizer: D.Tokenizer
-    train: D.Encoded
-    valid: D.Encoded
+    tokenizer: data.Tokenizer
+    train: data.Encoded
+    valid: data.Encoded
     valid_refs: list[str]
     valid_src: list[list[int]]
     sources: dict  # "train", "valid": where the text came from (provenance.corpus_record)
@@ -66,34 +65,34 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     """Train or reuse the tokenizer, then map the encoded training split from the cache, or encode,
     filter and cache it first; encode the (small) validation split."""
     cfg = config.data
-    data_key = D.train_data_key(cfg)
+    data_key = data.train_data_key(cfg)
     existing = run_dir / "spm.model"
-    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, log, data_key)
-    tokenizer = D.install_tokenizer(source, run_dir)
-    cache = D.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
+    source = existing if existing.is_file() else data.train_or_load_tokenizer(cfg, log, data_key)
+    tokenizer = data.install_tokenizer(source, run_dir)
+    cache = data.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
     train = load_encoded(cache)
     if train is not None:
         log(f"data: mapped the encoded training data from {cache}")
     else:
         started = time.perf_counter()
-        corpus = D.load_train_corpus(cfg)
-        encoded = D.encode_corpus(tokenizer, corpus, cfg.max_length)
+        corpus = data.load_train_corpus(cfg)
+        encoded = data.encode_corpus(tokenizer, corpus, cfg.max_length)
         if len(encoded) == 0:
-            raise D.DataError(f"{corpus.name}: no training pairs left after filtering")
+            raise data.DataError(f"{corpus.name}: no training pairs left after filtering")
         save_encoded(cache, encoded)
         del encoded, corpus  # the text and the arrays: from now on the cache's mapped pages serve
         train = load_encoded(cache)
         log(f"data: encoded the training data in {time.perf_counter() - started:.1f}s, cached in {cache}")
-    valid_corpus = D.load_split(cfg, cfg.valid_split)
+    valid_corpus = data.load_split(cfg, cfg.valid_split)
     log(
         f"data: {len(train)} training pairs kept of {len(train) + train.dropped_empty + train.dropped_long} "
         f"({train.dropped_empty} empty, {train.dropped_long} longer than {cfg.max_length} tokens dropped); "
         f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
     )
-    valid = D.encode_corpus(tokenizer, valid_corpus, None)
+    valid = data.encode_corpus(tokenizer, valid_corpus, None)
     sources = {"train": provenance.split_record(cfg, cfg.train_split), "valid": provenance.corpus_record(valid_corpus)}
     return Prepared(
-        tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(), sources
+        tokenizer, train, data.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(), sources
     )
 
 
@@ -101,13 +100,13 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
 
 
 @torch.no_grad()
-def validate(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
+def run_validation(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
     """Validation loss, per-token perplexity and (if enabled) BLEU of greedy/beam output."""
     model.eval()
     nll_sum, n_tokens = 0.0, 0
     with autocast(device, config.train.precision):
-        for indices in D.batch_indices(D.pair_lengths(prepared.valid), config.train.max_tokens):
-            batch = D.collate(prepared.valid, indices).to(device)
+        for indices in data.batch_indices(data.pair_lengths(prepared.valid), config.train.max_tokens):
+            batch = data.collate(prepared.valid, indices).to(device)
             _, nll = batch_loss(model, batch, 0.0)
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens
@@ -133,8 +132,8 @@ def validate(model: Transformer, prepared: Prepared, config: Config, device: tor
 
 
 @dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint."""
+class TrainState:
+    """Where training stands; saved in every checkpoint (under "progress")."""
 
     step: int = 0  # optimiser updates done
     epoch: int = 0  # current epoch (0-based)
@@ -245,17 +244,20 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
     vocab_fp = prepared.tokenizer.fingerprint()
+    # Three views of one model: `model`, the raw module (checkpoints save and validation runs it);
+    # `ddp_model`, the same in DistributedDataParallel when launched (gradients are exchanged through
+    # it); `compiled_step`, which runs each update on torch.compile's version of ddp_model or on ddp_model.
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
     scaler = loss_scaler(device, t.precision)
-    progress = Progress()
+    progress = TrainState()
     if last is not None:
         check_compatible(last, config, str(run_dir / "last.pt"), vocab_fp)
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         if "scaler" in last:
             scaler.load_state_dict(last["scaler"])
-        progress = Progress(**last["progress"])
+        progress = TrainState(**last["progress"])
         # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
         progress.stop_reason = stop_reason(progress, t)
         progress.finished = bool(progress.stop_reason)
@@ -283,8 +285,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 device, prepared.sources, run_dir / "spm.model", resumed=last is not None, processes=procs.world
             ),
         )
-    wrapped = procs.wrap(model)
-    step_model = CompiledStep(wrapped, t.compile, log)
+    ddp_model = procs.wrap(model)
+    compiled_step = CompiledStep(ddp_model, t.compile, log)
 
     saved_at = time.monotonic()
 
@@ -324,10 +326,10 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
             return False
         return bool(procs.max(int(time.monotonic() - saved_at >= 60 * t.checkpoint_every_minutes)))
 
-    lengths = D.pair_lengths(prepared.train)
+    lengths = data.pair_lengths(prepared.train)
     accum = accum_steps_for(t, procs.world)
     per_update = procs.world * accum  # batches per update, all processes together
-    per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
+    per_epoch = math.ceil(len(data.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
     total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
     progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
     processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
@@ -345,17 +347,16 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics,
     ):
         while progress.epoch < t.max_epochs and not progress.finished:
-            batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
+            batches = data.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
-            with D.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
+            with data.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
                 while progress.batch_in_epoch < len(batches):
                     group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
                     started = time.perf_counter()
-                    step = progress.step + 1
-                    lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
-                    stats = step_model.run(
+                    lr = noam_lr(progress.step + 1, config.model.d_model, t.warmup_steps, t.lr_factor)
+                    stats = compiled_step.run(
                         lambda m, share=share, lr=lr: optimizer_update(
-                            m, wrapped, optimizer, scaler, share, t, lr, procs
+                            m, ddp_model, optimizer, scaler, share, t, lr, procs
                         ),
                         optimizer,
                     )
@@ -488,7 +489,7 @@ def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> 
     return prepared
 
 
-def stop_reason(progress: Progress, t) -> str:
+def stop_reason(progress: TrainState, t) -> str:
     """Why training should stop now, or "" to go on."""
     if t.max_steps and progress.step >= t.max_steps:
         return f"reached max_steps={t.max_steps}"
@@ -499,21 +500,21 @@ def stop_reason(progress: Progress, t) -> str:
     return ""
 
 
-def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[D.Batch, int]]:
+def collate_share(encoded: data.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[data.Batch, int]]:
     """This process's share of an update's `batches` (those of all processes together), collated, with
     their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only).
 
     Each process takes every world-th batch. One left without any (in an epoch's last, short update)
     must still join DDP's gradient exchange: it runs the first batch with weight 0.
     """
-    share = [(D.collate(data, indices), 1) for indices in batches[procs.rank :: procs.world]]
-    share = share or [(D.collate(data, batches[0]), 0)]
+    share = [(data.collate(encoded, indices), 1) for indices in batches[procs.rank :: procs.world]]
+    share = share or [(data.collate(encoded, batches[0]), 0)]
     if procs.device.type == "cuda":
         share = [(batch.pin_memory(), weight) for batch, weight in share]
     return share
 
 
-def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
+def _note_skipped(progress: TrainState, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
     """Count a skipped update; stop after `limit` bad ones in a row (the last checkpoint stays as it was)."""
     progress.skipped_updates += 1
     progress.bad_in_a_row += int(bad)
@@ -526,11 +527,11 @@ def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, 
 
 
 def _validate_and_track(
-    model, prepared, config, device, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+    model, prepared, config, device, progress: TrainState, run_dir: Path, display, metrics: MetricsLog
 ) -> None:
     t = config.train
     started = time.perf_counter()
-    result = validate(model, prepared, config, device)
+    result = run_validation(model, prepared, config, device)
     progress.valid_seconds += time.perf_counter() - started
     score = result["valid_bleu"] if t.early_stop_metric == "bleu" and "valid_bleu" in result else -result["valid_loss"]
     improved = progress.best_score is None or score > progress.best_score
@@ -551,7 +552,7 @@ def _validate_and_track(
     display.log(record)
 
 
-def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) -> dict:
+def _weights(model, config: Config, progress: TrainState, tokenizer: data.Tokenizer) -> dict:
     """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
     return {
         "model": model.state_dict(),
@@ -563,7 +564,7 @@ def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) 
 
 
 def _validate_on_main(
-    procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+    procs: Group, model, prepared, config, progress: TrainState, run_dir: Path, display, metrics: MetricsLog
 ) -> None:
     """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
     if procs.is_main:
@@ -611,14 +612,14 @@ class CompiledStep:
     fails (compilation happens in its first forward and backward, so that is where its errors surface):
     then, after one warning line, the update is redone eagerly from the same state and random numbers."""
 
-    def __init__(self, wrapped, enabled: bool, log):
-        self.eager, self.model, self.log = wrapped, wrapped, log
+    def __init__(self, ddp_model, enabled: bool, log):
+        self.eager, self.model, self.log = ddp_model, ddp_model, log
         if enabled:
             try:
-                self.model = torch.compile(wrapped)
+                self.model = torch.compile(ddp_model)
             except Exception as exc:  # compile is an optimisation: never fatal
                 log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
-        self.untried = self.model is not wrapped
+        self.untried = self.model is not ddp_model
 
     def run(self, update, optimizer) -> dict:
         """`update(model)`, falling back to the eager model if it is the first compiled one and fails."""
@@ -642,7 +643,7 @@ class CompiledStep:
         return stats
 
 
-def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
+def _summary(progress: TrainState, n_params: int, run_dir: Path) -> dict:
     wall = progress.train_seconds + progress.valid_seconds
     return {
         "run_dir": str(run_dir),

@@ -314,15 +314,16 @@ def test_open_run_rejects_directories_that_are_not_runs(tmp_path):
 
 def test_stop_reasons():
     from mhatrain.config import TrainConfig
-    from mhatrain.train import Progress, stop_reason
+    from mhatrain.train import TrainState, stop_reason
 
     t = TrainConfig(max_epochs=5, max_steps=100, patience=3)
-    assert stop_reason(Progress(step=99, epoch=4, bad_validations=2), t) == ""
-    assert stop_reason(Progress(step=100), t) == "reached max_steps=100"
-    assert stop_reason(Progress(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
-    assert stop_reason(Progress(step=5, epoch=5), t) == "reached max_epochs=5"
+    assert stop_reason(TrainState(step=99, epoch=4, bad_validations=2), t) == ""
+    assert stop_reason(TrainState(step=100), t) == "reached max_steps=100"
+    assert stop_reason(TrainState(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
+    assert stop_reason(TrainState(step=5, epoch=5), t) == "reached max_epochs=5"
     assert (
-        stop_reason(Progress(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1)) == ""
+        stop_reason(TrainState(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1))
+        == ""
     )
 
 

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import MhatrainError
-from ..runtime import is_device_name
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
     import torch
 
 BENCHES = ("attention", "train", "decode")
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = ROOT / "configs" / "multi30k.yaml"
-DEFAULT_DATA = Path("../shared/data/multi30k")  # the project machines' local Multi30k copy
+# --config's default: the Multi30k config of a source checkout, relative to the current directory (as
+# `mhatrain train`'s runs/); an installed package has none, and then --config is needed.
+DEFAULT_CONFIG = Path("configs") / "multi30k.yaml"
 PRECISIONS = ("fp32", "bf16")
 QUICK_D_MODEL = 64  # --quick: the width of the attention layer and of the train/decode models
 
@@ -29,7 +28,7 @@ REPETITIONS = {"attention": ((20, 3), (3, 1)), "train": ((5, 1), (2, 1)), "decod
 
 @dataclass
 class BenchOptions:
-    device: torch.device = field(default_factory=lambda: parse_device("cpu"))
+    device: torch.device = field(default_factory=lambda: _cpu())
     quick: bool = False
     repeats: int | None = None  # None: the bench's default
     warmup: int | None = None
@@ -41,7 +40,7 @@ class BenchOptions:
     threads: int = 0  # 0: torch's default
     config: Path = DEFAULT_CONFIG
     overrides: tuple[str, ...] = ()  # --set section.key=value, applied to the config
-    data_dir: Path | None = None  # None: the config's data.local_dir, else DEFAULT_DATA if present
+    data_dir: Path | None = None  # None: the config's data.local_dir, else synthetic input
     checkpoint: Path | None = None  # decode: a run directory for ours
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
@@ -52,6 +51,11 @@ class BenchOptions:
         """The config file with the --set overrides (data paths are checked where they are used)."""
         from ..config import load_config
 
+        if self.config == DEFAULT_CONFIG and not DEFAULT_CONFIG.is_file():
+            raise MhatrainError(
+                f"no --config given, and {DEFAULT_CONFIG} (a source checkout's) is not in {Path.cwd()}: "
+                f"pass --config FILE"
+            )
         return load_config(self.config, self.overrides, check_paths=False)
 
     def repetitions(self, bench: str) -> tuple[int, int]:
@@ -59,52 +63,16 @@ class BenchOptions:
         return self.repeats or repeats, warmup if self.warmup is None else self.warmup
 
 
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
+
+
 def check_heads(heads: tuple[int, ...], d_model: int) -> None:
     bad = [h for h in heads if d_model % h]
     if bad:
         raise MhatrainError(f"--heads {','.join(map(str, heads))}: h={bad[0]} does not divide d_model={d_model}")
-
-
-def parse_names(names: list[str]) -> list[str]:
-    unknown = [n for n in names if n not in BENCHES]
-    if unknown:
-        raise MhatrainError(f"unknown bench {unknown[0]!r}: choose from {', '.join(BENCHES)}")
-    if not names:
-        raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
-    return list(dict.fromkeys(names))
-
-
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """'1,4,8' → (1, 4, 8); one-line error for anything else."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}")
-    return tuple(dict.fromkeys(values))
-
-
-def parse_precision(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    if text == "both":
-        return PRECISIONS
-    if text not in PRECISIONS:
-        raise MhatrainError(f"--precision must be fp32, bf16 or both, got {text!r}")
-    return (text,)
-
-
-def parse_device(text: str | None) -> torch.device:
-    import torch
-
-    if text is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not is_device_name(text):
-        raise MhatrainError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
-    if text.startswith("cuda") and not torch.cuda.is_available():
-        raise MhatrainError(f"--device {text} but CUDA is not available on this machine")
-    return torch.device(text)
 
 
 def check_options(names: list[str], options: BenchOptions, heads_given: bool) -> None:

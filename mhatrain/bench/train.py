@@ -19,7 +19,7 @@ import dataclasses
 
 import torch
 
-from .. import data as D
+from .. import data
 from .. import step as update_step
 from ..config import Config, ModelConfig, TrainConfig
 from ..distributed import Group
@@ -59,7 +59,7 @@ def train_step(
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batches: list[D.Batch],
+    batches: list[data.Batch],
     precision: str,
     device,
     seed: int,
@@ -81,7 +81,7 @@ def train_step(
 
 
 def _updates(
-    step_module, model: torch.nn.Module, t: TrainConfig, batches: list[D.Batch], device, compile: bool
+    step_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
 ) -> Step:
     """A step that runs `step_module.optimizer_update` (the trainer's) once per batch, in one process."""
     model = model.to(device).train()
@@ -101,7 +101,7 @@ def _updates(
 
 
 def _legacy_updates(
-    train_module, model: torch.nn.Module, t: TrainConfig, batches: list[D.Batch], device, compile: bool
+    train_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
 ) -> Step:
     """For a checkout from before step.py (e.g. 062a073), whose update cannot be called on its own: the
     update rebuilt from its train module's autocast, loss and optimiser, as its `_update` runs them."""
@@ -125,13 +125,13 @@ def _legacy_updates(
 
 
 @torch.no_grad()
-def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: D.Batch, device, seed: int) -> Check:
+def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: data.Batch, device, seed: int) -> Check:
     """nn.Transformer loaded with our weights gives our logits (fp32, eval, real target positions)."""
     torch.manual_seed(seed)
     ours = build_model(cfg, vocab_size).to(device).eval()
     peer = TorchTransformerSeq2Seq(cfg, vocab_size).to(device).eval().load_ours(ours)
     batch = batch.to(device)
-    real = batch.tgt_out != D.PAD
+    real = batch.tgt_out != data.PAD
     a, b = ours(batch.src, batch.tgt_in)[real], peer(batch.src, batch.tgt_in)[real]
     diff, scale = float((a - b).abs().max()), float(a.abs().max())
     tolerance = 1e-4 * max(1.0, scale)
@@ -146,7 +146,7 @@ def check_against(
     cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batch: D.Batch,
+    batch: data.Batch,
     device,
     seed: int,
     against: str,
