@@ -112,8 +112,8 @@ def compute_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def fused_kernel_pays(q: torch.Tensor) -> bool:
-    """SDPA's CPU kernel is ~8x slower than the explicit path in bf16 (fwd+bwd, Dh=32, measured
-    with torch 2.13); it wins in fp32 and on GPUs."""
+    """Whether F.scaled_dot_product_attention beats the explicit path here: in fp32 and on GPUs; not in
+    bf16 on the CPU, where its kernel is slower (docs/performance.md, "Design measurements")."""
     return q.device.type != "cpu" or q.dtype == torch.float32
 
 
@@ -159,6 +159,15 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2): h heads of scaled dot-product attention (§3.2.1) over
+    d_head = d_model / h dimensions each, concatenated and projected by W_O.
+
+    One module serves the paper's three uses (§3.2.3): encoder self-attention, decoder self-attention
+    (with a causal mask) and encoder-decoder attention (queries from the decoder, keys and values
+    from the encoder output). forward: query [B, Tq, D], key_value [B, Tk, D] → [B, Tq, D], plus the
+    per-head probabilities [B, H, Tq, Tk] when asked for (never averaged over heads).
+    """
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % n_heads:

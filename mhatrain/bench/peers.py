@@ -1,7 +1,8 @@
 """The peers our code is measured against, built to compute what ours computes.
 
-* `ArticleMultiHeadAttention`: the explainer article's listing (see REFERENCE.md) with its three
-  defects fixed and its design kept: separate per-head projections and a Python loop over heads.
+* `ArticleMultiHeadAttention`: the PyTorch listing of the multi-head attention explainer article the
+  project started from, with its three defects fixed (described in the class's docstring) and its
+  design kept: separate per-head projections and a Python loop over heads.
 * `torch_mha_from`: `torch.nn.MultiheadAttention` loaded with the weights of one of our modules.
 * `TorchTransformerSeq2Seq`: `torch.nn.Transformer` with our embeddings, positions, dropout placement
   and tied output projection; `load_ours_into` copies a trained model of ours into it.

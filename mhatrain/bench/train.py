@@ -170,7 +170,7 @@ def check_against(
         float((grads_a[n] - grads_b[n]).abs().max()) / max(1e-6, float(grads_a[n].abs().max())) for n in grads_a
     )
     # fp32 kernels that sum in another order (the loss's log-softmax, SDPA's causal mode) differ in
-    # the last bits, and 12 layers of backward pass amplify that: 1.9e-4 measured for 062a073 at full size.
+    # the last bits, and 12 layers of backward pass amplify that (docs/performance.md, "Design measurements").
     passed = loss_diff <= 1e-5 and grad_diff <= 1e-3
     return Check(
         f"{name} with our weights gives our loss and gradients (fp32)",
@@ -179,7 +179,7 @@ def check_against(
     )
 
 
-PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it ~100x slower
+PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it far slower
 
 
 def measure_peaks(device: torch.device, quick: bool) -> dict[str, float]:
