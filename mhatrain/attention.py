@@ -248,17 +248,19 @@ class MultiHeadAttention(nn.Module):
         group = cache.group if cache is not None else 1
         if group > 1:
             q = fold_group(q, group)
-        # 3. Scaled dot-product attention, every head at once.
+        # 3. Scaled dot-product attention, every head at once: head_outputs [B, H, Tq, Dh].
         dropout_p = self.dropout if self.training else 0.0
         mask = as_mask(mask)
         if need_weights or not fused_kernel_pays(q):
-            heads, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
+            head_outputs, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
         else:
-            heads, probs = fused_attention(q, k, v, mask, dropout_p), None
+            head_outputs, probs = fused_attention(q, k, v, mask, dropout_p), None
         if group > 1:
-            heads = unfold_group(heads, group)
+            head_outputs = unfold_group(head_outputs, group)
             probs = unfold_group(probs, group) if probs is not None else None
         # 4. Optional head gates (head masking / importance), then Concat and W_O.
         if head_gate is not None:
-            heads = heads * head_gate.to(heads.dtype).view(-1 if head_gate.dim() == 2 else 1, heads.size(1), 1, 1)
-        return self.w_o(merge_heads(heads)), probs  # [B, Tq, D]
+            head_outputs = head_outputs * head_gate.to(head_outputs.dtype).view(
+                -1 if head_gate.dim() == 2 else 1, head_outputs.size(1), 1, 1
+            )
+        return self.w_o(merge_heads(head_outputs)), probs  # [B, Tq, D]

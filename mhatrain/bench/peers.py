@@ -47,15 +47,15 @@ class ArticleMultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
         """query: [B, Tq, D]; key, value: [B, Tk, D]; mask: [B, 1, Tk] or [B, Tq, Tk], True = may attend."""
         batch_size = query.size(0)  # fix 1: the listing used an undefined `batch_size`
-        heads = []
+        head_outputs = []
         for i in range(self.n_heads):
             q, k, v = self.w_q[i](query), self.w_k[i](key), self.w_v[i](value)  # [B, T, d_k]
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # [B, Tq, Tk]
             if mask is not None:  # fix 3: the listing had no mask
                 scores = scores.masked_fill(~mask, float("-inf"))
-            heads.append(torch.softmax(scores, dim=-1) @ v)  # [B, Tq, d_k]
+            head_outputs.append(torch.softmax(scores, dim=-1) @ v)  # [B, Tq, d_k]
         # fix 2: [B, H, Tq, d_k] → [B, Tq, H, d_k] before the view, so each position's heads are concatenated
-        stacked = torch.stack(heads, dim=1).transpose(1, 2).contiguous()
+        stacked = torch.stack(head_outputs, dim=1).transpose(1, 2).contiguous()
         return self.w_o(stacked.view(batch_size, -1, self.d_model))
 
     @torch.no_grad()
