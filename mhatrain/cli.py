@@ -300,7 +300,6 @@ def heads(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
-    checkpoint = choice(checkpoint, "--checkpoint", ("best", "last"))
     if roles:
         from .head_roles import analyse_roles
 
@@ -315,7 +314,7 @@ def heads(
         max_sentences,
         beam,
         out,
-        checkpoint,
+        choice(checkpoint, "--checkpoint", ("best", "last")),
         set_ or [],
         console,
     )
