@@ -193,7 +193,7 @@ def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeyp
 
 def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
     """With a clock that moves a minute per reading, every update is due a timed checkpoint."""
-    import mhatrain.step as T
+    import mhatrain.train as T
     from mhatrain.checkpoint import list_snapshots
 
     minutes = iter(range(10_000))
