@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 
 from . import provenance
-from .checkpoint import eval_stem, open_run
+from .checkpoint import TOKENIZER_FILE, eval_path, open_run
 from .config import Config, apply_override, validate
 from .data import Tokenizer, load_split
 from .decode import translate
@@ -181,17 +181,15 @@ def evaluate_run(
         decode_seconds=round(seconds, 1),
         sentences_per_s=round(len(hyps) / seconds, 1),
         **run.averaged,
-        provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"),
+        provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / TOKENIZER_FILE),
     )
-    out_dir = Path(run_dir) / "eval"
-    stem = eval_stem(text.name, beam, which, alpha if own_alpha else None)
-    atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
-    atomic_write_json(out_dir / f"{stem}.json", result)
+    named_alpha = alpha if own_alpha else None
+    hyp_path = eval_path(run_dir, text.name, beam, which, named_alpha, suffix=".hyp.txt")
+    json_path = eval_path(run_dir, text.name, beam, which, named_alpha)
+    atomic_write_text(hyp_path, "".join(h + "\n" for h in hyps))
+    atomic_write_json(json_path, result)
     show_scores(result, f"{run_dir} — {text.name} ({len(hyps)} sentences, beam {beam}, alpha {alpha})", console)
-    console.print(
-        f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
-        f"({result['sentences_per_s']} sentences/s)"
-    )
+    console.print(f"hypotheses: {hyp_path}  report: {json_path}  ({result['sentences_per_s']} sentences/s)")
     return result
 
 
