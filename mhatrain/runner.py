@@ -12,7 +12,7 @@ from rich.console import Console
 
 from . import provenance
 from .checkpoint import TOKENIZER_FILE, eval_path, open_run
-from .config import Config, apply_override, validate
+from .config import Config, apply_override, check_config
 from .data import Tokenizer, load_split
 from .decode import translate
 from .distributed import resolve_device
@@ -21,7 +21,13 @@ from .evaluate import read_aligned, sacrebleu_test_set, score, show_scores
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
 
-MAX_INPUT_CHARS = 10_000
+MAX_INPUT_CHARS = 10_000  # one sentence a person gives to translate (`translate`, `attention`)
+
+
+def check_input_length(text: str, where: str) -> None:
+    """Refuse a sentence to translate that is over MAX_INPUT_CHARS (a whole file pasted as one line)."""
+    if len(text) > MAX_INPUT_CHARS:
+        raise MhatrainError(f"{where}: input of {len(text)} characters is over the limit of {MAX_INPUT_CHARS}")
 
 
 @dataclass
@@ -39,7 +45,7 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn, strict=strict)
     for item in overrides:
         apply_override(config, item)
-    validate(config, f"{run_dir}/config.yaml", check_paths=False)
+    check_config(config, f"{run_dir}/config.yaml", check_paths=False)
     _check_architecture(config, state["config"], overrides)
     tokenizer = Tokenizer(tokenizer_path)
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
@@ -209,8 +215,7 @@ def translate_lines(
         where = f"stdin line {number}" if from_stdin else f"argument {number}"
         if not line.strip():
             raise MhatrainError(f"{where}: empty input, nothing to translate")
-        if len(line) > MAX_INPUT_CHARS:
-            raise MhatrainError(f"{where}: input of {len(line)} characters is over the limit of {MAX_INPUT_CHARS}")
+        check_input_length(line, where)
     if not lines:
         raise MhatrainError("no input: give sentences as arguments or on stdin")
     run = load_run(run_dir, overrides=overrides)
