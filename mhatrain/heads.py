@@ -43,6 +43,7 @@ from .evaluate import bleu_score
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
 from .precision import autocast
+from .runner import check_input_length
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
@@ -53,7 +54,6 @@ TITLES = {
 }
 PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # share of a group's heads removed at each point
 BLEU_TOLERANCE = 1.0  # a head is prunable if removing it (with the ones before it) costs less BLEU than this
-MAX_INPUT_CHARS = 10_000
 
 
 class Head(NamedTuple):
@@ -143,8 +143,7 @@ class SentenceMaps:
 def check_sentence(sentence: str) -> None:
     if not sentence.strip():
         raise MhatrainError("empty sentence: nothing to translate")
-    if len(sentence) > MAX_INPUT_CHARS:
-        raise MhatrainError(f"sentence of {len(sentence)} characters is over the limit of {MAX_INPUT_CHARS}")
+    check_input_length(sentence, "sentence")
 
 
 def sentence_maps(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config import heads_divide
 from ..errors import MhatrainError
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
@@ -59,7 +60,7 @@ class BenchOptions:
 
 
 def check_heads(heads: tuple[int, ...], d_model: int) -> None:
-    bad = [h for h in heads if d_model % h]
+    bad = [h for h in heads if not heads_divide(d_model, h)]
     if bad:
         raise MhatrainError(f"--heads {','.join(map(str, heads))}: h={bad[0]} does not divide d_model={d_model}")
 
@@ -71,17 +72,6 @@ def parse_names(names: list[str]) -> list[str]:
     if not names:
         raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
     return list(dict.fromkeys(names))
-
-
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """'1,4,8' → (1, 4, 8); one-line error for anything else."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}")
-    return tuple(dict.fromkeys(values))
 
 
 def parse_precision(text: str | None) -> tuple[str, ...] | None:
