@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import heads_divide
+
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """[B, T, D] → [B, H, T, Dh]"""
@@ -170,7 +172,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if d_model % n_heads:
+        if not heads_divide(d_model, n_heads):
             raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout

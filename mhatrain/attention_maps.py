@@ -27,6 +27,7 @@ from .decode import source_ids, translate_ids
 from .errors import MhatrainError
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
+from .runner import check_input_length
 from .runtime import set_threads
 
 KINDS = ("enc-self", "dec-self", "cross")
@@ -36,7 +37,6 @@ TITLES = {
     "dec-self": "decoder self-attention",
     "cross": "cross-attention (decoder → encoder)",
 }
-MAX_INPUT_CHARS = 10_000
 
 
 def n_layers(model: Transformer, kind: str) -> int:
@@ -96,8 +96,7 @@ class SentenceMaps:
 def check_sentence(sentence: str) -> None:
     if not sentence.strip():
         raise MhatrainError("empty sentence: nothing to translate")
-    if len(sentence) > MAX_INPUT_CHARS:
-        raise MhatrainError(f"sentence of {len(sentence)} characters is over the limit of {MAX_INPUT_CHARS}")
+    check_input_length(sentence, "sentence")
 
 
 def sentence_maps(

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checkpoint import check_compatible, list_snapshots, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    AVERAGED,
+    SNAPSHOTS_DIR,
+    check_compatible,
+    checkpoint_state,
+    list_snapshots,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .config import config_from_dict
 from .errors import CheckpointError
 
@@ -37,21 +45,21 @@ def average_checkpoints(paths: list[Path]) -> dict:
         steps.append(int(state["progress"]["step"]))
     n = len(paths)
     model = {k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in total.items()}
-    return {
-        "model": model,
-        "config": first["config"],
-        "progress": {**first["progress"], "step": max(steps)},
-        "vocab_fingerprint": first.get("vocab_fingerprint"),
-        "vocab_size": first.get("vocab_size"),
-        "averaged_from": [str(p) for p in paths],
-        "averaged_steps": steps,
-    }
+    return checkpoint_state(
+        model,
+        first["config"],
+        {**first["progress"], "step": max(steps)},
+        first.get("vocab_fingerprint"),
+        first.get("vocab_size"),
+        averaged_from=[str(p) for p in paths],
+        averaged_steps=steps,
+    )
 
 
 def average_run(run_dir: Path, paths: list[Path]) -> Path:
     """Average `paths` into RUN_DIR/averaged.pt (used by `eval --checkpoint averaged`)."""
     state = average_checkpoints(paths)
-    target = Path(run_dir) / "averaged.pt"
+    target = Path(run_dir) / AVERAGED
     save_checkpoint(target, state)
     return target
 
@@ -63,7 +71,7 @@ def last_snapshots(run_dir: Path, n: int) -> list[Path]:
     found = list_snapshots(run_dir)
     if len(found) < n:
         raise CheckpointError(
-            f"{run_dir} holds {len(found)} snapshot(s) in snapshots/, fewer than --last {n}: train "
+            f"{run_dir} holds {len(found)} snapshot(s) in {SNAPSHOTS_DIR}/, fewer than --last {n}: train "
             f"with train.keep_checkpoints={n} (and train.checkpoint_every or "
             f"train.checkpoint_every_minutes) to keep them"
         )

@@ -1,13 +1,17 @@
-"""Checkpoints and run directories.
+"""Checkpoints and run directories: the one module that names a run directory's files.
 
 A run directory holds everything a run needs and produces:
-    config.yaml     the resolved config          spm.model     the tokenizer
-    last.pt         latest training state        last.prev.pt  the one before it (fallback)
-    best.pt         best weights by the early-stopping metric
-    snapshots/      stepNNNNNNNN.pt: the weights of the last train.keep_checkpoints checkpoints
-    averaged.pt     the mean of some checkpoints' weights (`mhatrain average`)
-    metrics.jsonl   training and validation records
+    config.yaml         the resolved config          spm.model     the tokenizer
+    last.pt             latest training state        last.prev.pt  the one before it (fallback)
+    best.pt             best weights by the early-stopping metric
+    snapshots/          stepNNNNNNNN.pt: the weights of the last train.keep_checkpoints checkpoints
+    averaged.pt         the mean of some checkpoints' weights (`mhatrain average`)
+    metrics.jsonl       training and validation records
+    train_summary.json  written when training ends: the run is trained
+    eval/               NAME.beamK[.alphaA][.last|.averaged].{json,hyp.txt}: `mhatrain eval` (eval_path)
 Checkpoints are written atomically and loaded with `weights_only=True` (no code runs on load).
+Every checkpoint is one dict (checkpoint_state): weights, config, progress and vocabulary, plus what
+resuming needs (last.pt) or what averaging records (averaged.pt).
 """
 
 from __future__ import annotations
@@ -21,9 +25,22 @@ import torch
 from .config import Config, TrainConfig, accum_steps_for, config_from_dict, load_config
 from .errors import CheckpointError
 from .faults import fault_point, interruptible
-from .io import atomic_write
+from .io import atomic_write, read_json
 
 FORMAT = 1
+
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "spm.model"
+LAST = "last.pt"
+LAST_PREV = "last.prev.pt"
+BEST = "best.pt"
+AVERAGED = "averaged.pt"
+SNAPSHOTS_DIR = "snapshots"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "train_summary.json"
+EVAL_DIR = "eval"
+# The checkpoint each `which` (eval --checkpoint) reads, then its fallbacks when it is damaged.
+CHECKPOINT_FILES = {"best": (BEST, LAST, LAST_PREV), "last": (LAST, LAST_PREV), "averaged": (AVERAGED,)}
 # Keys that may change when a run is resumed; anything else must match the checkpoint.
 RESUMABLE_CHANGES = {
     "train.max_epochs",
@@ -56,6 +73,23 @@ RESUMABLE_CHANGES = {
 }
 
 
+def checkpoint_state(
+    model: dict, config: dict, progress: dict, vocab_fingerprint: str | None, vocab_size: int | None, **more
+) -> dict:
+    """The one checkpoint dict: the weights (model.state_dict()), the config (Config.to_dict()) and the
+    progress (train.Progress as a dict) they come from, the vocabulary they expect; `more` adds what
+    resuming needs (optimizer, rng, rng_other_ranks, scaler) or what averaging records (averaged_from,
+    averaged_steps). What `eval`, `average` and `train --resume` read."""
+    return {
+        "model": model,
+        "config": config,
+        "progress": progress,
+        "vocab_fingerprint": vocab_fingerprint,
+        "vocab_size": vocab_size,
+        **more,
+    }
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
     """Write atomically; for last.pt the previous file is kept as last.prev.pt until then."""
     path = Path(path)
@@ -63,20 +97,20 @@ def save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_name(f".{path.name}.partial")
     atomic_write(tmp, lambda f: torch.save(state, interruptible(f, "checkpoint-write")), binary=True)
     fault_point("checkpoint-rename")
-    if path.name == "last.pt" and path.exists():
-        os.replace(path, path.with_name("last.prev.pt"))
+    if path.name == LAST and path.exists():
+        os.replace(path, path.with_name(LAST_PREV))
         fault_point("checkpoint-swap")
     os.replace(tmp, path)
 
 
 def snapshot_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "snapshots" / f"step{step:08d}.pt"
+    return Path(run_dir) / SNAPSHOTS_DIR / f"step{step:08d}.pt"
 
 
 def list_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
     """(update, path) of the run's weight snapshots, oldest first."""
     found = []
-    for path in (Path(run_dir) / "snapshots").glob("step*.pt"):
+    for path in (Path(run_dir) / SNAPSHOTS_DIR).glob("step*.pt"):
         digits = path.name[len("step") : -len(".pt")]
         if digits.isdigit():
             found.append((int(digits), path))
@@ -125,7 +159,7 @@ def _load_failure(exc: Exception) -> str:
 def load_latest(run_dir: Path, log=print) -> dict | None:
     """The newest readable training state (last.pt, else last.prev.pt), or None if there is none."""
     errors = []
-    for name in ("last.pt", "last.prev.pt"):
+    for name in CHECKPOINT_FILES["last"]:
         path = Path(run_dir) / name
         if not path.exists():
             continue
@@ -152,7 +186,29 @@ def remove_partial_writes(run_dir: Path) -> list[Path]:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "config.yaml").is_file()
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+# ----------------------------------------------------------------------------- a run's status
+
+
+def has_started(run_dir: Path) -> bool:
+    """Whether training has left anything to resume from: a checkpoint or a metrics record."""
+    return any((Path(run_dir) / name).exists() for name in (LAST, LAST_PREV, METRICS_FILE))
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """train_summary.json, written when training ends; None while the run has not finished training."""
+    return read_json(Path(run_dir) / SUMMARY_FILE)
+
+
+def is_trained(run_dir: Path) -> bool:
+    return read_summary(run_dir) is not None
+
+
+def read_eval(run_dir: Path, split: str, beam: int) -> dict | None:
+    """The report of `eval --split SPLIT` (best checkpoint, beam K, the config's alpha); None if it has not run."""
+    return read_json(eval_path(run_dir, split, beam))
 
 
 def eval_stem(split: str, beam: int, which: str = "best", alpha: float | None = None) -> str:
@@ -167,7 +223,7 @@ def eval_stem(split: str, beam: int, which: str = "best", alpha: float | None = 
 def eval_path(
     run_dir: Path, split: str, beam: int, which: str = "best", alpha: float | None = None, suffix: str = ".json"
 ) -> Path:
-    return Path(run_dir) / "eval" / (eval_stem(split, beam, which, alpha) + suffix)
+    return Path(run_dir) / EVAL_DIR / (eval_stem(split, beam, which, alpha) + suffix)
 
 
 def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False) -> tuple[Config, dict, Path]:
@@ -183,15 +239,11 @@ def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False)
         raise CheckpointError(f"run directory not found: {run_dir}")
     if not is_run_dir(run_dir):
         raise CheckpointError(f"{run_dir} is not a mhatrain run directory (no config.yaml)")
-    config = load_config(run_dir / "config.yaml", check_paths=False)
-    tokenizer = run_dir / "spm.model"
+    config = load_config(run_dir / CONFIG_FILE, check_paths=False)
+    tokenizer = run_dir / TOKENIZER_FILE
     if not tokenizer.is_file():
-        raise CheckpointError(f"{run_dir}: tokenizer spm.model is missing")
-    names = {
-        "best": ("best.pt", "last.pt", "last.prev.pt"),
-        "last": ("last.pt", "last.prev.pt"),
-        "averaged": ("averaged.pt",),
-    }[which]
+        raise CheckpointError(f"{run_dir}: tokenizer {TOKENIZER_FILE} is missing")
+    names = CHECKPOINT_FILES[which]
     errors = []
     for name in names[:1] if strict else names:
         if not (run_dir / name).exists():

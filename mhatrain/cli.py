@@ -6,8 +6,10 @@ Errors a user can fix (bad config, data, files, options) print one line and exit
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.console import Console
@@ -26,6 +28,26 @@ _state = {"debug": False}
 
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
 OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
+
+
+def int_list(text: str, option: str, what: str, minimum: int | None = None) -> list[int]:
+    """`--heads 1,4,8`: a comma-separated list of distinct integers (each ≥ minimum, when given), in
+    the order given; one-line error otherwise. The one parser of such options: library functions
+    take the list."""
+    items = [item.strip() for item in str(text).split(",")]
+    if not any(items):
+        raise MhatrainError(f"{option}: give a comma-separated list of {what}, e.g. {option} 1,4,8")
+    values: list[int] = []
+    for item in items:
+        if not re.fullmatch(r"[+-]?\d+", item):
+            raise MhatrainError(f"{option}: {item!r} is not an integer (give a comma-separated list of {what})")
+        value = int(item)
+        if value in values:
+            raise MhatrainError(f"{option}: {value} is given twice")
+        if minimum is not None and value < minimum:
+            raise MhatrainError(f"{option}: {value} is below {minimum} (give a comma-separated list of {what})")
+        values.append(value)
+    return values
 
 
 @app.callback()
@@ -102,14 +124,14 @@ def evaluate(
     ),
     beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
-    checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."),
+    checkpoint: Literal["best", "last", "averaged"] = typer.Option(
+        "best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."
+    ),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
     from .runner import evaluate_run
 
-    if checkpoint not in ("best", "last", "averaged"):
-        raise MhatrainError(f"--checkpoint must be best, last or averaged, got {checkpoint!r}")
     evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console, src, ref, sacrebleu_set, langpair)
 
 
@@ -195,11 +217,12 @@ def ablate(
         False, "--dry-run", help="Record the study, print each point's command, train nothing."
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
-    executor: str | None = typer.Option(
+    executor: Literal["slurm", "local"] | None = typer.Option(
         None,
         "--executor",
+        # rich markup would read [slurm] as a style and print nothing of it: the backslash escapes it
         help="Run each point as a job through submitit: slurm, "
-        "or local (subprocesses on this machine). Needs pip install 'mhatrain[slurm]'.",
+        "or local (subprocesses on this machine). Needs pip install 'mhatrain\\[slurm]'.",
     ),
     partition: str | None = typer.Option(None, "--partition", help="With --executor slurm: the SLURM partition."),
     time_min: int | None = typer.Option(None, "--time", help="With --executor: wall-clock limit per point, minutes."),
@@ -208,15 +231,16 @@ def ablate(
 ):
     """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
     from .ablate import run_study
+    from .cluster import JobOptions
 
     cluster = None
     if executor is not None:
-        from .cluster import JobOptions
-
         cluster = JobOptions(executor, partition, time_min, gpus, cpus)
     elif any(v is not None for v in (partition, time_min, gpus, cpus)):
         raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
-    run_study(config, heads, seeds, out, set_ or [], jobs, devices, dry_run, overwrite, console, cluster)
+    head_counts = int_list(heads, "--heads", "head counts")
+    seed_list = int_list(seeds, "--seeds", "seeds")
+    run_study(config, head_counts, seed_list, out, set_ or [], jobs, devices, dry_run, overwrite, console, cluster)
 
 
 @app.command()
@@ -381,8 +405,8 @@ def bench(
         repeats=repeats,
         warmup=warmup,
         precisions=parse_precision(precision),
-        heads=parse_int_list(heads, "--heads") if heads is not None else BenchOptions.heads,
-        beams=parse_int_list(beams, "--beams"),
+        heads=tuple(int_list(heads, "--heads", "head counts", 1)) if heads is not None else BenchOptions.heads,
+        beams=tuple(int_list(beams, "--beams", "beam sizes", 1)),
         compile=compile_,
         memory=memory,
         threads=threads,
@@ -439,17 +463,6 @@ def parse_bench_names(names: list[str]) -> list[str]:
     if not names:
         raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
     return list(dict.fromkeys(names))
-
-
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """'1,4,8' → (1, 4, 8); one-line error for anything else."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise MhatrainError(f"{option} must be comma-separated positive integers, e.g. 1,4,8; got {text!r}")
-    return tuple(dict.fromkeys(values))
 
 
 def parse_precision(text: str | None) -> tuple[str, ...] | None:

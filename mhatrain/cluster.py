@@ -1,7 +1,7 @@
 """Grid points as cluster jobs through submitit: `mhatrain ablate --executor slurm` (or `local`).
 
 Each unfinished grid point becomes one job. The job runs the point's commands that its state still
-needs (ablate.needed_commands: the lines of `--dry-run`), decided when the job starts, so a job
+needs (study.needed_commands: the lines of `--dry-run`), decided when the job starts, so a job
 started twice, or requeued, does only what is left. `--executor local` runs the same jobs as local
 subprocesses through submitit's LocalExecutor: for a machine without SLURM, and for the tests.
 
@@ -21,9 +21,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .ablate import GridDisplay, Point, Study, needed_commands, point_outcome, point_seconds
 from .errors import MhatrainError
+from .grid_display import GridDisplay
 from .io import atomic_write_json, read_json
+from .report import report_study
+from .study import Point, Study, needed_commands, point_outcome, point_seconds
 
 EXECUTORS = ("slurm", "local")
 JOBS_DIR = "jobs"
@@ -137,8 +139,6 @@ def run_jobs(
             )
         failed = _wait(study, points, waiting, grid, options, console)
     if failed:
-        from .report import report_study
-
         report_study(study.dir, console)
         names = ", ".join(f"{name} (log: {log})" for name, log in failed.items())
         raise MhatrainError(f"{len(failed)} of {len(todo)} jobs failed: {names}")

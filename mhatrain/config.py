@@ -1,4 +1,4 @@
-"""The config tree: YAML → dataclasses, `--set section.key=value` overrides, validation.
+"""The config tree: YAML → dataclasses, `--set section.key=value` overrides, checks.
 
 Every check runs at load time, before any data is read or any model is built, and every
 failure is one `ConfigError` line naming the key and the file it came from.
@@ -134,7 +134,7 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 def load_config(
     path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), check_paths: bool = True
 ) -> Config:
-    """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, validate.
+    """Read a YAML file (or defaults when `path` is None), apply `--set` overrides, check the result.
 
     check_paths=False skips checks of data paths (a finished run can translate without its data).
     """
@@ -163,7 +163,7 @@ def load_config(
     config = _build(raw, source)
     for item in overrides:
         apply_override(config, item)
-    validate(config, source, check_paths)
+    check_config(config, source, check_paths)
     if check_paths and config.data.local_dir is not None:
         # Recorded absolute, so a run directory's config works from any working directory.
         config.data.local_dir = str(Path(config.data.local_dir).expanduser().resolve())
@@ -172,7 +172,7 @@ def load_config(
 
 def config_from_dict(raw: dict, source: str = "<dict>", check_paths: bool = True) -> Config:
     config = _build(raw, source)
-    validate(config, source, check_paths)
+    check_config(config, source, check_paths)
     return config
 
 
@@ -261,10 +261,17 @@ def _owner_of(f: dataclasses.Field) -> type:
     raise KeyError(f.name)
 
 
-# ----------------------------------------------------------------------------- validation
+# ----------------------------------------------------------------------------- checks
 
 
-def validate(config: Config, source: str, check_paths: bool = True) -> None:
+def heads_divide(d_model: int, n_heads: int) -> bool:
+    """Whether n_heads (> 0) heads of d_k = d_v = d_model / n_heads dimensions fill d_model exactly, as
+    the paper's heads do: the rule behind model.n_heads, `ablate --heads` and `bench --heads`."""
+    return d_model % n_heads == 0
+
+
+def check_config(config: Config, source: str, check_paths: bool = True) -> None:
+    """Every rule a config must satisfy; the first one it breaks is a ConfigError naming the key and `source`."""
     m, d, t, dec = config.model, config.data, config.train, config.decode
 
     def fail(key: str, message: str):
@@ -313,7 +320,7 @@ def validate(config: Config, source: str, check_paths: bool = True) -> None:
     for key, value in non_negative.items():
         if value < 0:
             fail(key, f"must not be negative, got {value}")
-    if m.d_model % m.n_heads:
+    if not heads_divide(m.d_model, m.n_heads):
         fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads}")
     for key, value in {
         "model.dropout": m.dropout,

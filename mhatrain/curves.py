@@ -12,8 +12,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoint import METRICS_FILE, read_summary
 from .errors import MhatrainError
-from .io import read_json, read_jsonl
+from .io import read_jsonl
+from .study import is_study, parse_point_name, point_dirs
 
 
 @dataclass
@@ -39,10 +41,8 @@ class Curve:
 
 
 def read_curve(run_dir: Path, name: str | None = None) -> Curve:
-    from .ablate import parse_point_name
-
     run_dir = Path(run_dir)
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_jsonl(run_dir / METRICS_FILE)
     if not records:
         raise MhatrainError(f"{run_dir}: no metrics.jsonl to draw (is it a run directory made by `mhatrain train`?)")
     point = parse_point_name(run_dir.name)
@@ -58,24 +58,15 @@ def read_curve(run_dir: Path, name: str | None = None) -> Curve:
         elif record.get("kind") == "train" and record.get("loss") is not None:
             curve.train_steps.append(record["step"])
             curve.train_loss.append(record["loss"])
-    summary = read_json(run_dir / "train_summary.json") or {}
+    summary = read_summary(run_dir) or {}
     curve.best_step = summary.get("best_step", best_flagged)
     return curve
 
 
 def study_runs(study_dir: Path) -> list[Path]:
     """The run directories of a study that have metrics, in (h, seed) order."""
-    from .ablate import parse_point_name
-
-    points = [(parse_point_name(d.name), d) for d in Path(study_dir).iterdir() if d.is_dir()]
-    runs = sorted((p.heads, p.seed, d) for p, d in points if p is not None and (d / "metrics.jsonl").is_file())
+    runs = sorted((p.heads, p.seed, d) for p, d in point_dirs(study_dir) if (d / METRICS_FILE).is_file())
     return [d for _, _, d in runs]
-
-
-def is_study(path: Path) -> bool:
-    from .ablate import STUDY_FILE
-
-    return (Path(path) / STUDY_FILE).is_file()
 
 
 def gather_curves(paths: list[Path]) -> tuple[list[Curve], bool]:

@@ -9,31 +9,19 @@ root when run from a checkout) becomes relative to it; the home directory become
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 from pathlib import Path
 
+from .checkpoint import CONFIG_FILE, EVAL_DIR, METRICS_FILE, SUMMARY_FILE
 from .errors import MhatrainError
+from .io import portable_text
+from .provenance import PROVENANCE_FILE
+from .study import LOGS_DIR, parse_point_name
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "train_summary.json", "provenance.json")
-RUN_DIRS = ("eval", "heads")
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, PROVENANCE_FILE)
+RUN_DIRS = (EVAL_DIR, "heads")  # heads/: the reports of `mhatrain heads` (heads.py, head_roles.py)
 STUDY_SUFFIXES = (".yaml", ".md", ".csv", ".json", ".png", ".log", ".txt")
 TEXT_SUFFIXES = (".yaml", ".md", ".csv", ".json", ".jsonl", ".log", ".txt")
-ABSOLUTE = re.compile(r"(?<![\w.~/-])(/[^\s\"',:|+]+)")
-
-
-def portable_text(text: str, base: Path) -> str:
-    """Every absolute path in `text` rewritten relative to `base` (or to ~ under the home directory)."""
-    base, home = base.resolve(), Path.home().resolve()
-
-    def relative(match: re.Match) -> str:
-        path = Path(match.group(1))
-        if path.is_relative_to(home) and not base.is_relative_to(home):
-            return "~/" + path.relative_to(home).as_posix()
-        return os.path.relpath(path, base)
-
-    return ABSOLUTE.sub(relative, text)
 
 
 def _copy(source: Path, target: Path, base: Path) -> None:
@@ -46,8 +34,6 @@ def _copy(source: Path, target: Path, base: Path) -> None:
 
 def export_study(study_dir: Path, dest: Path, base: Path | None = None) -> int:
     """Copy the study's light files to `dest` with portable paths; returns the number of files written."""
-    from .ablate import parse_point_name
-
     study_dir, dest, base = Path(study_dir), Path(dest), Path(base or Path.cwd())
     if not study_dir.is_dir():
         raise MhatrainError(f"study directory not found: {study_dir}")
@@ -58,9 +44,9 @@ def export_study(study_dir: Path, dest: Path, base: Path | None = None) -> int:
         if path.is_file() and path.suffix in STUDY_SUFFIXES:
             _copy(path, dest / path.name, base)
             written += 1
-        elif path.is_dir() and path.name == "logs":
+        elif path.is_dir() and path.name == LOGS_DIR:
             for log in sorted(path.glob("*.log")):
-                _copy(log, dest / "logs" / log.name, base)
+                _copy(log, dest / LOGS_DIR / log.name, base)
                 written += 1
         elif path.is_dir() and parse_point_name(path.name) is not None:
             for name in RUN_FILES:

@@ -1,13 +1,14 @@
-"""Atomic file writes: a temporary file in the same directory, fsync, then rename.
+"""Files: atomic writes, tolerant JSON reads, and text with its absolute paths made portable.
 
-A reader never sees a half-written file, and the previous version stays in place until the
-new one is complete.
+An atomic write goes to a temporary file in the same directory, fsync, then rename: a reader never
+sees a half-written file, and the previous version stays in place until the new one is complete.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +89,22 @@ def read_jsonl(path: Path) -> list[dict]:
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~/-])(/[^\s\"',:|+]+)")
+
+
+def portable_text(text: str, base: Path) -> str:
+    """Every absolute path in `text` rewritten relative to `base` (or to ~ under the home directory)."""
+    base, home = base.resolve(), Path.home().resolve()
+
+    def relative(match: re.Match) -> str:
+        path = Path(match.group(1))
+        if path.is_relative_to(home) and not base.is_relative_to(home):
+            return "~/" + path.relative_to(home).as_posix()
+        return os.path.relpath(path, base)
+
+    return ABSOLUTE_PATH.sub(relative, text)
 
 
 def _remove_quietly(path: str) -> None:

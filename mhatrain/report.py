@@ -22,17 +22,25 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from . import provenance
-from .ablate import BASE_CONFIG, EVAL_SPLITS, STUDY_FILE, Point, parse_point_name
-from .checkpoint import eval_path
+from .checkpoint import CONFIG_FILE, METRICS_FILE, eval_path, read_eval, read_summary
+from .curves import group_by_heads, read_curve, study_runs
 from .errors import MhatrainError
-from .export import portable_text
-from .io import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from .io import atomic_write_json, atomic_write_text, portable_text, read_json, read_jsonl
 from .significance import BOOTSTRAP_SAMPLES, seed_interval
+from .study import (
+    EVAL_SPLITS,
+    STUDY_FILE,
+    Point,
+    point_dirs,
+    read_base_config,
+    read_record,
+    read_yaml,
+    run_state,
+)
 
 BASELINE_HEADS = 8
 
@@ -64,7 +72,7 @@ class RunRecord:
     heads: int
     seed: int
     run_dir: str  # relative to the study directory
-    status: str = "pending"  # pending | training | evaluating | done
+    status: str = "pending"  # one of study.STATES: pending | training | evaluating | done
     d_head: int | None = None
     parameters: int | None = None
     updates: int | None = None  # the update of the evaluated checkpoint (while training: the last validated)
@@ -84,19 +92,11 @@ class RunRecord:
 # ----------------------------------------------------------------------------- gathering
 
 
-def _read_yaml(path: Path) -> dict | None:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_run(point: Point, run_dir: Path) -> RunRecord:
     record = RunRecord(point.name, point.heads, point.seed, point.name)
-    config = _read_yaml(run_dir / "config.yaml")
+    config = read_yaml(run_dir / CONFIG_FILE)
     if config is None:
-        record.status = "training" if run_dir.is_dir() and any(run_dir.iterdir()) else "pending"
+        record.status = run_state(run_dir, None)
         return record
     model, decode = config.get("model") or {}, config.get("decode") or {}
     if model.get("n_heads") not in (None, point.heads):
@@ -104,11 +104,10 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     if model.get("d_model"):
         record.d_head = model["d_model"] // point.heads
     record.beam = decode.get("beam")
-    summary = read_json(run_dir / "train_summary.json")
-    valid_records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "valid"]
+    record.status = run_state(run_dir, record.beam)
+    summary = read_summary(run_dir)
+    valid_records = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("kind") == "valid"]
     if summary is None:  # laid out by `ablate` (config.yaml only), or training
-        started = any((run_dir / name).exists() for name in ("last.pt", "last.prev.pt", "metrics.jsonl"))
-        record.status = "training" if started else "pending"
         record.updates = valid_records[-1]["step"] if valid_records else None
         return record
     record.parameters, record.trained_updates = summary.get("parameters"), summary.get("updates")
@@ -117,8 +116,8 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     at_best = [r for r in valid_records if r.get("step") == summary.get("best_step")]
     if at_best:  # the checkpoint that eval scores is best.pt
         record.valid_ppl = at_best[-1].get("valid_ppl")
-    valid = read_json(eval_path(run_dir, "valid", record.beam))
-    test = read_json(eval_path(run_dir, "test", record.beam))
+    valid = read_eval(run_dir, "valid", record.beam)
+    test = read_eval(run_dir, "test", record.beam)
     if valid is not None:
         record.valid_bleu = valid.get("bleu")
     if test is not None:
@@ -130,7 +129,6 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
             record.updates = test["update"]
         hyps = eval_path(Path(point.name), "test", record.beam, suffix=".hyp.txt")
         record.test_hypotheses = hyps.as_posix() if (run_dir.parent / hyps).is_file() else None
-    record.status = "done" if valid is not None and test is not None else "evaluating"
     return record
 
 
@@ -139,9 +137,9 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise MhatrainError(f"study directory not found: {study_dir}")
-    recorded = _read_yaml(study_dir / STUDY_FILE) or {}
+    recorded = read_record(study_dir)
     points = {Point(h, s) for h in recorded.get("heads", []) for s in recorded.get("seeds", [])}
-    points |= {p for p in map(parse_point_name, (d.name for d in study_dir.iterdir() if d.is_dir())) if p}
+    points |= {point for point, _ in point_dirs(study_dir)}
     if not points:
         raise MhatrainError(
             f"{study_dir} holds no study: no {STUDY_FILE} and no h<H>-seed<S> run directories "
@@ -150,7 +148,7 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     seeds_order = list(dict.fromkeys([*recorded.get("seeds", []), *sorted({p.seed for p in points})]))
     ordered = sorted(points, key=lambda p: (p.heads, seeds_order.index(p.seed)))
     runs = [read_run(p, study_dir / p.name) for p in ordered]
-    base = _read_yaml(study_dir / BASE_CONFIG) or {}
+    base = read_base_config(study_dir)
     grid = {
         "heads": sorted({p.heads for p in points}),
         "seeds": seeds_order,
@@ -187,7 +185,7 @@ def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] 
 
     source = next((r for r in runs if r.status == "done" and r.heads == BASELINE_HEADS), None)
     try:
-        config = load_config(study_dir / source.run_dir / "config.yaml", check_paths=False)
+        config = load_config(study_dir / source.run_dir / CONFIG_FILE, check_paths=False)
         corpus = load_split(config.data, split_name(config, "test"))
     except MhatrainError as exc:
         return None, f"test references unavailable ({exc}): significance tests skipped"
@@ -364,7 +362,7 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
 
 def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
     """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
-    evals = [read_json(run_dir / "eval" / f"{split}.beam{beam}.json") or {} for split in EVAL_SPLITS]
+    evals = [read_eval(run_dir, split, beam) or {} for split in EVAL_SPLITS]
     return [
         *provenance.read_sessions(run_dir),
         *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict)),
@@ -1019,7 +1017,6 @@ def write(report: dict, study_dir: Path) -> list[Path]:
 
 def _study_curves(study_dir: Path) -> Path | None:
     """curves.png of the study (mean over seeds per h), once any run has validated."""
-    from .curves import group_by_heads, read_curve, study_runs
     from .plots import learning_curves_plot
 
     curves = [c for c in (read_curve(d) for d in study_runs(study_dir)) if c.valid_steps]

@@ -11,8 +11,8 @@ import torch
 from rich.console import Console
 
 from . import provenance
-from .checkpoint import eval_stem, open_run
-from .config import Config, apply_override, validate
+from .checkpoint import TOKENIZER_FILE, eval_path, open_run
+from .config import Config, apply_override, check_config
 from .data import Tokenizer, load_split, split_name
 from .decode import translate
 from .distributed import resolve_device
@@ -21,7 +21,13 @@ from .evaluate import read_aligned, sacrebleu_test_set, score, show_scores
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
 
-MAX_INPUT_CHARS = 10_000
+MAX_INPUT_CHARS = 10_000  # one sentence a person gives to translate (`translate`, `attention`)
+
+
+def check_input_length(text: str, where: str) -> None:
+    """Refuse a sentence to translate that is over MAX_INPUT_CHARS (a whole file pasted as one line)."""
+    if len(text) > MAX_INPUT_CHARS:
+        raise MhatrainError(f"{where}: input of {len(text)} characters is over the limit of {MAX_INPUT_CHARS}")
 
 
 @dataclass
@@ -39,7 +45,7 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn, strict=strict)
     for item in overrides:
         apply_override(config, item)
-    validate(config, f"{run_dir}/config.yaml", check_paths=False)
+    check_config(config, f"{run_dir}/config.yaml", check_paths=False)
     _check_architecture(config, state["config"], overrides)
     tokenizer = Tokenizer(tokenizer_path)
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
@@ -171,17 +177,15 @@ def evaluate_run(
         decode_seconds=round(seconds, 1),
         sentences_per_s=round(len(hyps) / seconds, 1),
         **run.averaged,
-        provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / "spm.model"),
+        provenance=provenance.session(run.device, {text.name: text.data}, Path(run_dir) / TOKENIZER_FILE),
     )
-    out_dir = Path(run_dir) / "eval"
-    stem = eval_stem(text.name, beam, which, alpha if own_alpha else None)
-    atomic_write_text(out_dir / f"{stem}.hyp.txt", "".join(h + "\n" for h in hyps))
-    atomic_write_json(out_dir / f"{stem}.json", result)
+    named_alpha = alpha if own_alpha else None
+    hyp_path = eval_path(run_dir, text.name, beam, which, named_alpha, suffix=".hyp.txt")
+    json_path = eval_path(run_dir, text.name, beam, which, named_alpha)
+    atomic_write_text(hyp_path, "".join(h + "\n" for h in hyps))
+    atomic_write_json(json_path, result)
     show_scores(result, f"{run_dir} — {text.name} ({len(hyps)} sentences, beam {beam}, alpha {alpha})", console)
-    console.print(
-        f"hypotheses: {out_dir / (stem + '.hyp.txt')}  report: {out_dir / (stem + '.json')}  "
-        f"({result['sentences_per_s']} sentences/s)"
-    )
+    console.print(f"hypotheses: {hyp_path}  report: {json_path}  ({result['sentences_per_s']} sentences/s)")
     return result
 
 
@@ -201,8 +205,7 @@ def translate_lines(
         where = f"stdin line {number}" if from_stdin else f"argument {number}"
         if not line.strip():
             raise MhatrainError(f"{where}: empty input, nothing to translate")
-        if len(line) > MAX_INPUT_CHARS:
-            raise MhatrainError(f"{where}: input of {len(line)} characters is over the limit of {MAX_INPUT_CHARS}")
+        check_input_length(line, where)
     if not lines:
         raise MhatrainError("no input: give sentences as arguments or on stdin")
     run = load_run(run_dir, overrides=overrides)

@@ -25,7 +25,14 @@ import torch
 
 from . import data, provenance
 from .checkpoint import (
+    BEST,
+    CONFIG_FILE,
+    LAST,
+    LAST_PREV,
+    METRICS_FILE,
+    SUMMARY_FILE,
     check_compatible,
+    checkpoint_state,
     drop_snapshots_after,
     is_run_dir,
     load_latest,
@@ -252,7 +259,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     scaler = loss_scaler(device, t.precision)
     progress = TrainState()
     if last is not None:
-        check_compatible(last, config, str(run_dir / "last.pt"), vocab_fp)
+        check_compatible(last, config, str(run_dir / LAST), vocab_fp)
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         if "scaler" in last:
@@ -264,7 +271,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         log(f"resuming at update {progress.step} (epoch {progress.epoch + 1}, batch {progress.batch_in_epoch})")
     _restore_rng(last, procs, t.seed, progress.step)
     if procs.is_main:  # records and snapshots past the checkpoint are redone
-        _truncate_metrics(run_dir / "metrics.jsonl", progress.step)
+        _truncate_metrics(run_dir / METRICS_FILE, progress.step)
         drop_snapshots_after(run_dir, progress.step)
     n_params = count_parameters(model)
     log(f"model: {n_params:,} parameters; device {device}; precision {t.precision}; threads {torch.get_num_threads()}")
@@ -297,18 +304,18 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
         if procs.is_main:
             save_checkpoint(
-                run_dir / "last.pt",
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "progress": asdict(progress),
-                    "rng": rng[0],
+                run_dir / LAST,
+                checkpoint_state(
+                    model.state_dict(),
+                    config.to_dict(),
+                    asdict(progress),
+                    vocab_fp,
+                    prepared.tokenizer.vocab_size,
+                    optimizer=optimizer.state_dict(),
+                    rng=rng[0],
                     **({"rng_other_ranks": rng[1:]} if len(rng) > 1 else {}),
-                    "config": config.to_dict(),
-                    "vocab_fingerprint": vocab_fp,
-                    "vocab_size": prepared.tokenizer.vocab_size,
                     **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
-                },
+                ),
             )
             if snapshot and t.keep_checkpoints:
                 save_snapshot(run_dir, _weights(model, config, progress, prepared.tokenizer), t.keep_checkpoints)
@@ -419,7 +426,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         checkpoint()
     summary = _summary(progress, n_params, run_dir)
     if procs.is_main:
-        atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     log(
         f"done: {progress.stop_reason}; best {t.early_stop_metric} {progress.best_score} at update {progress.best_step}"
     )
@@ -442,13 +449,13 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
             log(f"removed {path.name}, left by an interrupted write")
     if resume and last is None:
         log(f"no checkpoint in {run_dir} yet: starting from the beginning")
-    if not resume and any((run_dir / n).exists() for n in ("last.pt", "last.prev.pt", "best.pt")):
+    if not resume and any((run_dir / n).exists() for n in (LAST, LAST_PREV, BEST)):
         raise CheckpointError(
             f"{run_dir} already holds a training run: pass --resume to continue it, or choose another --out"
         )
     if last is not None:
         t = config.train
-        accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / "last.pt"))
+        accum = resume_accum_steps(last, config, procs.world, batch_change, str(run_dir / LAST))
         if accum != accum_steps_for(t, procs.world):
             tokens = procs.world * accum * t.max_tokens
             if t.tokens_per_update:
@@ -463,13 +470,13 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
                     f"{tokens} tokens per update"
                 )
                 t.accum_steps = accum
-        check_compatible(last, config, str(run_dir / "last.pt"))
+        check_compatible(last, config, str(run_dir / LAST))
     if procs.is_main:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise MhatrainError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
-        dump_config(config, run_dir / "config.yaml")
+        dump_config(config, run_dir / CONFIG_FILE)
     return last
 
 
@@ -537,7 +544,7 @@ def _validate_and_track(
     improved = progress.best_score is None or score > progress.best_score
     if improved:
         progress.best_score, progress.best_step, progress.bad_validations = score, progress.step, 0
-        save_checkpoint(run_dir / "best.pt", _weights(model, config, progress, prepared.tokenizer))
+        save_checkpoint(run_dir / BEST, _weights(model, config, progress, prepared.tokenizer))
     else:
         progress.bad_validations += 1
     record = {
@@ -554,13 +561,9 @@ def _validate_and_track(
 
 def _weights(model, config: Config, progress: TrainState, tokenizer: data.Tokenizer) -> dict:
     """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
-    return {
-        "model": model.state_dict(),
-        "config": config.to_dict(),
-        "progress": asdict(progress),
-        "vocab_fingerprint": tokenizer.fingerprint(),
-        "vocab_size": tokenizer.vocab_size,
-    }
+    return checkpoint_state(
+        model.state_dict(), config.to_dict(), asdict(progress), tokenizer.fingerprint(), tokenizer.vocab_size
+    )
 
 
 def _validate_on_main(
@@ -577,7 +580,7 @@ class MetricsLog:
     rank 0). resume_step: the update a resumed run continues from (see Dashboard)."""
 
     def __init__(self, run_dir: Path, board: bool, resume_step: int | None):
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.board = Dashboard(run_dir, resume_step) if board else None
 
     def __enter__(self):
@@ -594,7 +597,7 @@ class MetricsLog:
 
 
 def _validated_at(run_dir: Path, step: int) -> bool:
-    for record in read_jsonl(run_dir / "metrics.jsonl"):
+    for record in read_jsonl(run_dir / METRICS_FILE):
         if record.get("kind") == "valid" and record.get("step") == step:
             return True
     return False

@@ -20,23 +20,23 @@ import torch
 import yaml
 from rich.console import Console
 
-from mhatrain.ablate import (
-    EVAL_SPLITS,
-    Point,
-    Study,
-    expand_grid,
-    parse_heads,
-    parse_point_name,
-    parse_seeds,
-    point_seconds,
-    run_study,
-    slot_overrides,
-)
+from mhatrain.ablate import run_study, slot_overrides
 from mhatrain.checkpoint import load_checkpoint
+from mhatrain.cli import int_list
 from mhatrain.config import load_config
 from mhatrain.errors import MhatrainError
 from mhatrain.model import build_model, count_parameters
 from mhatrain.report import build_report, report_study
+from mhatrain.study import (
+    EVAL_SPLITS,
+    Point,
+    Study,
+    check_heads,
+    check_seeds,
+    expand_grid,
+    parse_point_name,
+    point_seconds,
+)
 
 from .conftest import ROOT, TINY, TOY, run_cli
 
@@ -63,10 +63,20 @@ def Silent() -> Console:
     return Console(file=io.StringIO(), width=200)
 
 
+def parse_heads(text: str, d_model: int) -> list[int]:
+    """`ablate --heads TEXT`: the command line's list, then the study's check of its head counts."""
+    return check_heads(int_list(text, "--heads", "head counts"), d_model)
+
+
+def parse_seeds(text: str) -> list[int]:
+    return check_seeds(int_list(text, "--seeds", "seeds"))
+
+
 def dry_run(
     out: Path, spm_cache, *extra_sets: str, heads: str = HEADS, seeds: str = "1", jobs: int = 1, overwrite: bool = False
 ) -> None:
-    run_study(TINY, heads, seeds, out, [*study_sets(spm_cache), *extra_sets], jobs, None, True, overwrite, Silent())
+    grid = int_list(heads, "--heads", "head counts"), int_list(seeds, "--seeds", "seeds")
+    run_study(TINY, *grid, out, [*study_sets(spm_cache), *extra_sets], jobs, None, True, overwrite, Silent())
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, str]]:

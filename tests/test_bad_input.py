@@ -564,7 +564,7 @@ CASES = [
     Case(
         "eval-checkpoint-bogus",
         lambda w: ["eval", str(w.run), "--checkpoint", "newest"],
-        ["--checkpoint must be best, last", "got 'newest'"],
+        ["Invalid value for '--checkpoint'", "'newest' is not one of 'best', 'last', 'averaged'"],
     ),
     Case(
         "eval-split-unknown",

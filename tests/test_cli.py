@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mhatrain.cli import int_list
 from mhatrain.config import load_config
+from mhatrain.errors import MhatrainError
 
 from .conftest import TINY, library_translations, run_cli
 
@@ -91,6 +93,39 @@ def test_python_dash_m_and_help():
     assert result.returncode == 0
     for command in ("train", "eval", "translate"):
         assert command in result.stdout
+
+
+def test_help_prints_square_brackets_as_written():
+    """Rich markup took the extra `[slurm]` for a style and printed "pip install 'mhatrain'"."""
+    result = run_cli("ablate", "--help", env={"COLUMNS": "300"})
+    assert result.returncode == 0, result.stderr
+    assert "Needs pip install 'mhatrain[slurm]'." in result.stdout
+
+
+@pytest.mark.parametrize(
+    "text, minimum, message",
+    [
+        ("8,x", 1, "--heads: 'x' is not an integer (give a comma-separated list of head counts)"),
+        ("8,,16", 1, "--heads: '' is not an integer"),
+        ("1,0", 1, "--heads: 0 is below 1 (give a comma-separated list of head counts)"),
+        ("4,8,4", None, "--heads: 4 is given twice"),
+        (" , ", None, "--heads: give a comma-separated list of head counts, e.g. --heads 1,4,8"),
+    ],
+)
+def test_int_lists_are_parsed_in_one_place(text, minimum, message):
+    with pytest.raises(MhatrainError) as caught:
+        int_list(text, "--heads", "head counts", minimum)
+    assert str(caught.value) == message
+
+
+def test_int_list_keeps_the_order_given():
+    assert int_list(" 32,1 ,-8", "--seeds", "seeds") == [32, 1, -8]
+
+
+def test_bench_options_take_their_lists_from_the_one_parser():
+    result = run_cli("bench", "attention", "--quick", "--heads", "8,x")
+    assert_clean_error(result, "--heads: 'x' is not an integer")
+    assert_clean_error(run_cli("bench", "decode", "--quick", "--beams", "0"), "--beams: 0 is below 1")
 
 
 def test_eval_with_another_alpha_gets_its_own_file(tiny_run, tmp_path):

@@ -260,4 +260,4 @@ def test_ablate_refuses_to_run_under_torchrun(monkeypatch, tmp_path):
     for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET}.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(MhatrainError, match="not under torchrun"):
-        run_study(TINY, "1,4", "1", tmp_path / "study", [], 1, None, False, False, Console(file=io.StringIO()))
+        run_study(TINY, [1, 4], [1], tmp_path / "study", [], 1, None, False, False, Console(file=io.StringIO()))

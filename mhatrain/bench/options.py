@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config import heads_divide
 from ..errors import MhatrainError
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
@@ -70,7 +71,7 @@ def _cpu() -> torch.device:
 
 
 def check_heads(heads: tuple[int, ...], d_model: int) -> None:
-    bad = [h for h in heads if d_model % h]
+    bad = [h for h in heads if not heads_divide(d_model, h)]
     if bad:
         raise MhatrainError(f"--heads {','.join(map(str, heads))}: h={bad[0]} does not divide d_model={d_model}")
 

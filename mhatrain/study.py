@@ -1,0 +1,387 @@
+"""The head-count study on disk: its grid points, its record, its lock, and where each point stands.
+
+The one module that names a study directory's files; `ablate` runs points, `report`, `curves`,
+`export` and `cluster` read studies, all through it. A study directory:
+    study.yaml            the grid (heads, seeds), the source config and its --set overrides
+    base-config.yaml      the resolved config every grid point starts from
+    provenance.json       one session per `mhatrain ablate`: command, code, software, machine (provenance.py)
+    h08-seed1/ ...        one run directory per grid point (checkpoint.py names its files), laid out with
+                          its config.yaml when the study is recorded; `mhatrain train` fills it, then
+                          `mhatrain eval` adds eval/valid.beamK.json and eval/test.beamK.json
+    logs/h08-seed1.log    output of a point run in a subprocess (--jobs N)
+    jobs/                 with --executor slurm|local: submitit's files per job, jobs.json (cluster.py)
+    report.md .csv .json .png, report-runs.csv   written by `mhatrain report` (and at the end of `ablate`)
+
+A grid point is three steps on base-config.yaml with `--set model.n_heads=H --set train.seed=S`:
+`train --resume` (a run directory without a checkpoint starts from the beginning, an interrupted
+one continues, a finished one does nothing), `eval --split valid` and `eval --split test`
+(point_commands). Its state, read from its run directory, is one of STATES.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from .checkpoint import CONFIG_FILE, config_differences, eval_path, has_started, read_eval, read_summary
+from .config import Config, apply_override, check_config, dump_config, heads_divide
+from .errors import MhatrainError
+from .io import atomic_write_text, portable_text
+from .provenance import PROVENANCE_FILE, code_version
+
+STUDY_FILE = "study.yaml"
+BASE_CONFIG = "base-config.yaml"
+LOGS_DIR = "logs"
+LOCK_FILE = ".lock"
+EVAL_SPLITS = ("valid", "test")
+POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
+# Where a grid point stands, in order: nothing trained yet; training started (a checkpoint or a
+# metrics record exists, the run may be running or interrupted); trained (train_summary.json) but an
+# evaluation of EVAL_SPLITS is missing; trained and evaluated.
+STATES = ("pending", "training", "evaluating", "done")
+GRID_KEYS = {"model.n_heads", "train.seed"}  # set per grid point, so the base config's values do not matter
+# Keys that change how a run executes, not what it computes: a study may be continued with other values.
+EXECUTION_KEYS = {
+    "train.threads",
+    "train.device",
+    "train.log_every",
+    "train.compile",
+    "decode.batch_tokens",
+    "data.cache_dir",
+    "train.dist_backend",
+    "train.tensorboard",
+}
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: a head count and a seed."""
+
+    heads: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"h{self.heads:02d}-seed{self.seed}"
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"model.n_heads={self.heads}", f"train.seed={self.seed}"]
+
+
+def parse_point_name(name: str) -> Point | None:
+    match = POINT_NAME.match(name)
+    return Point(int(match.group(1)), int(match.group(2))) if match else None
+
+
+def point_dirs(study_dir: Path) -> list[tuple[Point, Path]]:
+    """The grid points that have a run directory in `study_dir`, with it (in directory order)."""
+    found = [(parse_point_name(d.name), d) for d in sorted(Path(study_dir).iterdir()) if d.is_dir()]
+    return [(point, d) for point, d in found if point is not None]
+
+
+def check_heads(heads: list[int], d_model: int) -> list[int]:
+    """The head counts of a grid, sorted: positive, distinct, and each dividing d_model (so that
+    d_k = d_model / h is whole)."""
+    _check_distinct(heads, "--heads")
+    for h in heads:
+        if h <= 0:
+            raise MhatrainError(f"--heads: {h} is not a positive number of heads")
+        if not heads_divide(d_model, h):
+            divisors = [d for d in range(1, d_model + 1) if heads_divide(d_model, d)]
+            shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+            raise MhatrainError(
+                f"--heads: {h} does not divide model.d_model={d_model} (d_k = d_model / h must be "
+                f"a whole number; divisors: {shown})"
+            )
+    return sorted(heads)
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """The seeds of a grid, in the order given: distinct integers ≥ 0."""
+    _check_distinct(seeds, "--seeds")
+    for seed in seeds:
+        if seed < 0:
+            raise MhatrainError(f"--seeds: {seed} is negative (seeds are integers ≥ 0)")
+    return list(seeds)
+
+
+def _check_distinct(values: list[int], option: str) -> None:
+    if not values:
+        raise MhatrainError(f"{option}: the grid needs at least one value")
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            raise MhatrainError(f"{option}: {value} is given twice")
+
+
+def expand_grid(heads: list[int], seeds: list[int]) -> list[Point]:
+    """Seed-major order: the whole head curve for the first seed comes first, so a partial study already shows it."""
+    return [Point(h, seed) for seed in seeds for h in sorted(heads)]
+
+
+# ----------------------------------------------------------------------------- the study directory
+
+
+def read_yaml(path: Path) -> dict | None:
+    """The mapping in a YAML file; None when it is missing, unreadable or not a mapping (as io.read_json)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_study(path: Path) -> bool:
+    return (Path(path) / STUDY_FILE).is_file()
+
+
+def read_record(study_dir: Path) -> dict:
+    """study.yaml (empty when there is none or it cannot be read: a study can be run directories alone)."""
+    return read_yaml(Path(study_dir) / STUDY_FILE) or {}
+
+
+def read_base_config(study_dir: Path) -> dict:
+    """base-config.yaml as a dict (empty when there is none)."""
+    return read_yaml(Path(study_dir) / BASE_CONFIG) or {}
+
+
+def run_state(run_dir: Path, beam: int | None) -> str:
+    """Where a grid point's run directory stands: one of STATES (beam: decode.beam, which names the
+    evaluation files)."""
+    if read_summary(run_dir) is None:
+        return "training" if has_started(run_dir) else "pending"
+    return "evaluating" if missing_evaluations(run_dir, beam) else "done"
+
+
+def missing_evaluations(run_dir: Path, beam: int | None) -> list[str]:
+    """The splits of EVAL_SPLITS whose evaluation report is missing (or unreadable)."""
+    return [split for split in EVAL_SPLITS if read_eval(run_dir, split, beam) is None]
+
+
+@dataclass
+class Study:
+    dir: Path
+    points: list[Point]  # the grid of this invocation
+    heads: list[int]  # the whole recorded grid (a study can grow)
+    seeds: list[int]
+    beam: int  # decode.beam: names the eval files
+
+    @property
+    def base_config(self) -> Path:
+        return self.dir / BASE_CONFIG
+
+    def run_dir(self, point: Point) -> Path:
+        return self.dir / point.name
+
+    def log_path(self, point: Point) -> Path:
+        return self.dir / LOGS_DIR / f"{point.name}.log"
+
+    def eval_file(self, point: Point, split: str) -> Path:
+        return eval_path(self.run_dir(point), split, self.beam)
+
+    def state(self, point: Point) -> str:
+        """One of STATES."""
+        return run_state(self.run_dir(point), self.beam)
+
+
+def plan_study(
+    config: Config, source: str, heads: list[int], seeds: list[int], extras: list[list[str]]
+) -> tuple[list[int], list[int], list[Point]]:
+    """Check the grid and every point's config (with each slot's extra settings) before anything is written."""
+    heads = check_heads(heads, config.model.d_model)
+    seeds = check_seeds(seeds)
+    points = expand_grid(heads, seeds)
+    for point in points:  # every point's config must load exactly as its command will load it
+        for extra in extras:
+            point_config(config, point, extra, source)
+    return heads, seeds, points
+
+
+def point_config(config: Config, point: Point, extra: list[str] = (), source: str = BASE_CONFIG) -> Config:
+    """The base config with the point's (and a slot's) `--set` values applied and checked."""
+    result = copy.deepcopy(config)
+    items = [*point.overrides, *extra]
+    for item in items:
+        apply_override(result, item)
+    check_config(result, f"{source} with --set {' --set '.join(items)}")
+    return result
+
+
+def open_study(
+    study_dir: Path,
+    config: Config,
+    config_path: Path,
+    overrides: list[str],
+    heads: list[int],
+    seeds: list[int],
+    points: list[Point],
+    overwrite: bool,
+    console: Console,
+) -> Study:
+    """Create the study directory, or check that an existing one was made with the same config."""
+    study_file = study_dir / STUDY_FILE
+    recorded = read_yaml(study_file)
+    if recorded is None and study_file.exists():
+        raise MhatrainError(f"{study_file}: cannot read it as a study record (a YAML mapping)")
+    if recorded is None and study_dir.is_dir() and any(p.name != LOCK_FILE for p in study_dir.iterdir()):
+        raise MhatrainError(
+            f"{study_dir} is not empty and holds no study ({STUDY_FILE} is missing): choose another --out"
+        )
+    if recorded is not None:
+        base = read_base_config(study_dir)
+        differs = [k for k in config_differences(base, config.to_dict()) if k not in GRID_KEYS | EXECUTION_KEYS]
+        if differs and not overwrite:
+            shown = "; ".join(f"{k}: {_get(base, k)!r} there, {_get(config.to_dict(), k)!r} now" for k in differs[:4])
+            more = f" (and {len(differs) - 4} more)" if len(differs) > 4 else ""
+            raise MhatrainError(
+                f"{study_dir} holds a study made with a different config ({shown}{more}); "
+                f"use another --out, or --overwrite to delete its runs and start again"
+            )
+        if differs:
+            _discard_study(study_dir, console)
+            recorded = None
+    if recorded is not None:  # a study can grow: new head counts or seeds join the recorded grid
+        heads = sorted(set(recorded.get("heads", [])) | set(heads))
+        seeds = list(dict.fromkeys([*recorded.get("seeds", []), *seeds]))
+    record = {
+        "heads": heads,
+        "seeds": seeds,
+        "config": portable_text(str(Path(config_path).resolve()), Path.cwd()),
+        "overrides": list(overrides),
+        "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
+        # Every code version that has run this study: one entry if a single commit ran every point.
+        "code": _append_new(list((recorded or {}).get("code") or []), code_version()),
+    }
+    _write_if_changed(study_file, yaml.safe_dump(record, sort_keys=False))
+    _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    study = Study(study_dir, points, heads, seeds, config.decode.beam)
+    for point in points:  # laid out in advance, so that `train --resume` is the one command for any state
+        if not (study.run_dir(point) / CONFIG_FILE).is_file():
+            dump_config(point_config(config, point), study.run_dir(point) / CONFIG_FILE)
+    return study
+
+
+def _append_new(items: list, item) -> list:
+    return items if item in items else [*items, item]
+
+
+def _discard_study(study_dir: Path, console: Console) -> None:
+    removed = 0
+    for path in sorted(study_dir.iterdir()):
+        if path.is_dir() and parse_point_name(path.name) is not None:
+            shutil.rmtree(path)
+            removed += 1
+        elif path.name == LOGS_DIR and path.is_dir():
+            shutil.rmtree(path)
+        elif path.is_file() and (
+            path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)
+        ):
+            path.unlink()
+    console.print(f"--overwrite: deleted the {removed} run directories of the previous study in {study_dir}")
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+
+
+def _get(d: dict, dotted: str):
+    section, key = dotted.split(".")
+    return (d.get(section) or {}).get(key)
+
+
+@contextlib.contextmanager
+def study_lock(study_dir: Path):
+    """One `ablate` at a time per study directory (the lock goes with the process, even on SIGKILL)."""
+    import fcntl
+
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(study_dir / LOCK_FILE, "a+")
+    except OSError as exc:
+        raise MhatrainError(f"cannot create study directory {study_dir}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MhatrainError(f"another `mhatrain ablate` is running on {study_dir}; wait for it to finish") from None
+        yield
+    finally:
+        handle.close()
+
+
+# ----------------------------------------------------------------------------- one grid point
+
+
+def point_commands(study: Study, point: Point, extra: list[str]) -> list[list[str]]:
+    """The three commands of a grid point: train (or resume), then evaluate on validation and test."""
+    python = [sys.executable, "-m", "mhatrain"]
+    sets = [arg for item in [*point.overrides, *extra] for arg in ("--set", item)]
+    run_dir = str(study.run_dir(point))
+    return [
+        [*python, "train", str(study.base_config), "--out", run_dir, "--resume", *sets],
+        *[[*python, "eval", run_dir, "--split", split] for split in EVAL_SPLITS],
+    ]
+
+
+def needed_commands(study: Study, point: Point, extra: list[str]) -> list[list[str]]:
+    """The commands of a point that its state still needs: training unless it has trained, and the
+    evaluations whose reports are missing."""
+    train_cmd, *eval_cmds = point_commands(study, point, extra)
+    needed = [train_cmd] if study.state(point) in ("pending", "training") else []
+    missing = missing_evaluations(study.run_dir(point), study.beam)
+    return needed + [cmd for cmd, split in zip(eval_cmds, EVAL_SPLITS) if split in missing]
+
+
+def shell_line(commands: list[list[str]]) -> str:
+    return " && ".join(shlex.join(argv) for argv in commands)
+
+
+def _finished_files(study: Study, point: Point) -> tuple[dict, dict[str, dict]] | None:
+    """A finished point's train_summary.json and its evaluation reports by split; None if one is
+    missing or unreadable."""
+    summary = read_summary(study.run_dir(point))
+    evals = {split: read_eval(study.run_dir(point), split, study.beam) for split in EVAL_SPLITS}
+    if summary is None or None in evals.values():
+        return None
+    return summary, evals
+
+
+def point_outcome(study: Study, point: Point) -> str:
+    files = _finished_files(study, point)
+    if files is None:
+        return ""
+    summary, evals = files
+    test = evals["test"]
+    return f"{summary['parameters']:,} parameters, test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}"
+
+
+def point_seconds(study: Study, point: Point) -> float | None:
+    """A finished point's training, validation and evaluation time from its files: over all the
+    sessions it took, where the clock of one invocation sees only the last."""
+    files = _finished_files(study, point)
+    if files is None:
+        return None
+    summary, evals = files
+    try:
+        return (
+            float(summary["train_seconds"])
+            + float(summary["valid_seconds"])
+            + sum(float(report["decode_seconds"]) for report in evals.values())
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
