@@ -32,7 +32,7 @@ from .errors import MhatrainError
 from .grid_display import GridDisplay
 from .provenance import record_session, session
 from .report import report_study
-from .runtime import slow_bf16_warning
+from .runtime import is_device_name, slow_bf16_warning
 from .study import (
     Point,
     Study,
@@ -55,7 +55,7 @@ def parse_devices(text: str | None) -> list[str]:
         return []
     devices = [d.strip() for d in text.split(",") if d.strip()]
     for device in devices:
-        if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        if not is_device_name(device):
             raise MhatrainError(f"--devices: {device!r} is not cpu, cuda or cuda:N")
         if device.startswith("cuda"):
             import torch

@@ -114,8 +114,8 @@ def compute_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def fused_kernel_pays(q: torch.Tensor) -> bool:
-    """SDPA's CPU kernel is ~8x slower than the explicit path in bf16 (fwd+bwd, Dh=32, measured
-    with torch 2.13); it wins in fp32 and on GPUs."""
+    """Whether F.scaled_dot_product_attention beats the explicit path here: in fp32 and on GPUs; not in
+    bf16 on the CPU, where its kernel is slower (docs/performance.md, "Design measurements")."""
     return q.device.type != "cpu" or q.dtype == torch.float32
 
 
@@ -161,6 +161,15 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2): h heads of scaled dot-product attention (§3.2.1) over
+    d_head = d_model / h dimensions each, concatenated and projected by W_O.
+
+    One module serves the paper's three uses (§3.2.3): encoder self-attention, decoder self-attention
+    (with a causal mask) and encoder-decoder attention (queries from the decoder, keys and values
+    from the encoder output). forward: query [B, Tq, D], key_value [B, Tk, D] → [B, Tq, D], plus the
+    per-head probabilities [B, H, Tq, Tk] when asked for (never averaged over heads).
+    """
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if not heads_divide(d_model, n_heads):
@@ -241,17 +250,19 @@ class MultiHeadAttention(nn.Module):
         group = cache.group if cache is not None else 1
         if group > 1:
             q = fold_group(q, group)
-        # 3. Scaled dot-product attention, every head at once.
+        # 3. Scaled dot-product attention, every head at once: head_outputs [B, H, Tq, Dh].
         dropout_p = self.dropout if self.training else 0.0
         mask = as_mask(mask)
         if need_weights or not fused_kernel_pays(q):
-            heads, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
+            head_outputs, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
         else:
-            heads, probs = fused_attention(q, k, v, mask, dropout_p), None
+            head_outputs, probs = fused_attention(q, k, v, mask, dropout_p), None
         if group > 1:
-            heads = unfold_group(heads, group)
+            head_outputs = unfold_group(head_outputs, group)
             probs = unfold_group(probs, group) if probs is not None else None
         # 4. Optional head gates (head masking / importance), then Concat and W_O.
         if head_gate is not None:
-            heads = heads * head_gate.to(heads.dtype).view(-1 if head_gate.dim() == 2 else 1, heads.size(1), 1, 1)
-        return self.w_o(merge_heads(heads)), probs  # [B, Tq, D]
+            head_outputs = head_outputs * head_gate.to(head_outputs.dtype).view(
+                -1 if head_gate.dim() == 2 else 1, head_outputs.size(1), 1, 1
+            )
+        return self.w_o(merge_heads(head_outputs)), probs  # [B, Tq, D]

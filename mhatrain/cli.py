@@ -297,9 +297,9 @@ def attention(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
-    from .heads import show_attention
+    from .attention_maps import show_attention
 
-    show_attention(run_dir, sentence, layer, kind, out, console, set_ or [], html)
+    show_attention(run_dir, sentence, parse_layer(layer), parse_kinds(kind), out, console, set_ or [], html)
 
 
 @app.command()
@@ -331,7 +331,17 @@ def heads(
         return
     from .heads import analyse_heads
 
-    analyse_heads(run_dir, split, metric, max_sentences, beam, out, checkpoint, set_ or [], console)
+    analyse_heads(
+        run_dir,
+        split,
+        choice(metric, "--metric", ("bleu", "loss")),
+        max_sentences,
+        beam,
+        out,
+        choice(checkpoint, "--checkpoint", ("best", "last")),
+        set_ or [],
+        console,
+    )
 
 
 @app.command()
@@ -358,13 +368,16 @@ def bench(
         True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="Model, batches and decoding settings (default: configs/multi30k.yaml)."
+        None,
+        "--config",
+        help="Model, batches and decoding settings (default: configs/multi30k.yaml in the current directory, "
+        "a source checkout's root).",
     ),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
     data: Path | None = typer.Option(
         None,
         "--data",
-        help="train/decode: text directory (default: data.local_dir or ../shared/data/multi30k; synthetic if absent).",
+        help="train/decode: text directory, e.g. ../shared/data/multi30k (default: data.local_dir; synthetic if absent).",
     ),
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="decode: a run directory whose best weights ours uses."
@@ -385,13 +398,13 @@ def bench(
     from .bench import BenchOptions, report_benches
     from .bench import options as bench_options
 
-    chosen = bench_options.parse_names(list(names))
+    chosen = parse_bench_names(list(names))
     options = BenchOptions(
-        device=bench_options.parse_device(device),
+        device=parse_device(device),
         quick=quick,
         repeats=repeats,
         warmup=warmup,
-        precisions=bench_options.parse_precision(precision),
+        precisions=parse_precision(precision),
         heads=tuple(int_list(heads, "--heads", "head counts", 1)) if heads is not None else BenchOptions.heads,
         beams=tuple(int_list(beams, "--beams", "beam sizes", 1)),
         compile=compile_,
@@ -407,6 +420,77 @@ def bench(
     )
     bench_options.check_options(chosen, options, heads_given=heads is not None)
     report_benches(chosen, options, console, json_path, markdown_path)
+
+
+# ----------------------------------------------------------------------------- option values → typed values
+
+
+def choice(value: str, option: str, choices: tuple[str, ...]) -> str:
+    """`value` if it is one of `choices`, else the one-line error."""
+    if value not in choices:
+        raise MhatrainError(f"{option} must be {' or '.join(choices)}, got {value!r}")
+    return value
+
+
+def parse_kinds(kind: str) -> tuple[str, ...]:
+    """--kind: one kind of attention, or all of them."""
+    from .attention_maps import KINDS
+
+    if kind == "all":
+        return KINDS
+    if kind not in KINDS:
+        raise MhatrainError(f"--kind must be one of {', '.join(KINDS)} or all, got {kind!r}")
+    return (kind,)
+
+
+def parse_layer(layer: str) -> int | None:
+    """--layer: a layer number (from 1), or None for all (the model decides which numbers exist)."""
+    if layer == "all":
+        return None
+    try:
+        return int(layer)
+    except ValueError:
+        raise MhatrainError(f"--layer must be a layer number (from 1) or all, got {layer!r}") from None
+
+
+def parse_bench_names(names: list[str]) -> list[str]:
+    """The benches to run, each once, in the order given."""
+    from .bench.options import BENCHES
+
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        raise MhatrainError(f"unknown bench {unknown[0]!r}: choose from {', '.join(BENCHES)}")
+    if not names:
+        raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_precision(text: str | None) -> tuple[str, ...] | None:
+    """--precision of the benches: fp32, bf16 or both; None: each bench's default."""
+    from .bench.options import PRECISIONS
+
+    if text is None:
+        return None
+    if text == "both":
+        return PRECISIONS
+    if text not in PRECISIONS:
+        raise MhatrainError(f"--precision must be fp32, bf16 or both, got {text!r}")
+    return (text,)
+
+
+def parse_device(text: str | None):
+    """--device of the benches: cpu, cuda or cuda:N (default: cuda when available) → torch.device."""
+    import torch
+
+    from .runtime import is_device_name
+
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not is_device_name(text):
+        raise MhatrainError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
+    if text.startswith("cuda") and not torch.cuda.is_available():
+        raise MhatrainError(f"--device {text} but CUDA is not available on this machine")
+    return torch.device(text)
 
 
 def with_optional_values(args: list[str]) -> list[str]:

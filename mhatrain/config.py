@@ -352,8 +352,10 @@ def check_config(config: Config, source: str, check_paths: bool = True) -> None:
         fail("data.local_dir", f"is not a directory: {d.local_dir}")
     if d.max_length + 2 > m.max_positions:
         fail("model.max_positions", f"must exceed data.max_length + 1 = {d.max_length + 1}, got {m.max_positions}")
+    from .runtime import is_device_name  # the one rule for device names; imports torch, as the CLI has
+
     device = t.device
-    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+    if not is_device_name(device, allow_auto=True):
         fail("train.device", f"must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 

@@ -21,11 +21,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import DataConfig
+from .config import Config, DataConfig
 from .errors import DataError
-from .tokens import Encoded, TokenTable, id_dtype  # noqa: F401  (Encoded: the type callers build batches from)
-
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from .tokens import (  # noqa: F401  (Encoded: the type callers build batches from; the special ids, for callers)
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    Encoded,
+    TokenTable,
+    id_dtype,
+)
 
 # Other names the same split often has on disk (Multi30k's raw release, WMT dev sets, ...).
 SPLIT_ALIASES = {
@@ -54,6 +60,16 @@ class Corpus:
 
 
 # ----------------------------------------------------------------------------- sources
+
+
+def split_name(config: Config, split: str) -> str:
+    """Map train/valid/test to the data source's split names (data.train_split, ...); other names pass through."""
+    return {
+        "train": config.data.train_split,
+        "valid": config.data.valid_split,
+        "validation": config.data.valid_split,
+        "test": config.data.test_split,
+    }.get(split, split)
 
 
 def load_split(cfg: DataConfig, split: str) -> Corpus:

@@ -19,9 +19,28 @@ from __future__ import annotations
 import torch
 
 from .config import DecodeConfig
-from .data import BOS, EOS, PAD, Tokenizer, batch_indices
+from .data import Tokenizer, batch_indices
 from .model import DecoderCache, HeadGates, Transformer
-from .precision import autocast
+from .runtime import autocast
+from .tokens import BOS, EOS, PAD, right_padded
+
+BEAM_BATCH_SHRINK = 4  # decode.batch_tokens is sized for beams up to 4 rows per sentence
+
+
+def batch_source_tokens(cfg: DecodeConfig, beam: int) -> int:
+    """Source tokens per decoding batch: decode.batch_tokens × max(1, 4 // beam).
+
+    batch_tokens is the budget of a batch of the paper's beam, 4. Beam search runs `beam` rows per
+    sentence, so a batch's memory and work grow with the beam: a smaller beam takes 4 // beam times the
+    sources (greedy 4×, beam 2 2×), so that its batches hold about as many rows as a beam-4 batch
+    instead of a quarter or a half of them. Beams above 4 keep batch_tokens (their batches grow).
+    """
+    return cfg.batch_tokens * max(1, BEAM_BATCH_SHRINK // beam)
+
+
+def source_ids(ids: list[int], max_positions: int) -> list[int]:
+    """The encoder's input for a sentence's ids: cut so that, with EOS, it fits model.max_positions - 1."""
+    return ids[: max_positions - 2] + [EOS]
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float):
@@ -274,16 +293,12 @@ def translate_ids(
 ) -> list[list[int]]:
     """Translate token-id sequences (without EOS) in length-sorted batches; returns ids in input order."""
     model.eval()
-    limit = model.cfg.max_positions - 1
-    src_ids = [s[: limit - 1] + [EOS] for s in sources]
-    batches = batch_indices([len(s) for s in src_ids], cfg.batch_tokens * max(1, 4 // (beam or cfg.beam)))
+    src_ids = [source_ids(s, model.cfg.max_positions) for s in sources]
+    batches = batch_indices([len(s) for s in src_ids], batch_source_tokens(cfg, beam or cfg.beam))
     out: list[list[int] | None] = [None] * len(src_ids)
     with autocast(device, precision):
         for indices in batches:
-            seqs = [src_ids[i] for i in indices]
-            src = torch.full((len(seqs), max(map(len, seqs))), PAD, dtype=torch.long)
-            for row, seq in enumerate(seqs):
-                src[row, : len(seq)] = torch.tensor(seq)
+            src = torch.from_numpy(right_padded([src_ids[i] for i in indices]))  # [B, S]
             hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache, gates)
             for i, hyp in zip(indices, hyps):
                 out[i] = hyp

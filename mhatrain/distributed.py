@@ -8,7 +8,7 @@ training is one ordinary process.
 A launched process trains on cuda:LOCAL_RANK with NCCL, or on the CPU with gloo. Its model is
 wrapped in DistributedDataParallel, which sums the processes' gradients during the backward pass.
 Every process computes the same batch order; an update takes world × accum_steps consecutive
-batches, and each process works on its share of them (see `train._update`). Rank 0 alone validates,
+batches, and each process works on its share of them (see `step.optimizer_update`). Rank 0 alone validates,
 prints and writes files; the others wait for it, then take its verdict (`Group.broadcast`).
 """
 

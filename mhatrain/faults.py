@@ -2,8 +2,8 @@
 
 `MHATRAIN_FAULT=name` kills at the first time `fault_point(name)` is reached, `name:N` at the N-th.
 Without the variable a call is one comparison, so the points stay in the code for good. Points:
-    update             after backward, before the optimiser step      (train._update)
-    validation         after the validation loss, before BLEU decoding (train.validate)
+    update             after backward, before the optimiser step      (step.optimizer_update)
+    validation         after the validation loss, before BLEU decoding (train.run_validation)
     checkpoint-write   a checkpoint's temporary file holds its first 64 KiB, the rest is unwritten
     checkpoint-rename  the temporary file is complete; neither rename has happened
     checkpoint-swap    last.pt was moved to last.prev.pt; the new last.pt is not in place yet

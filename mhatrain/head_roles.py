@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from . import data as D
+from . import data
 from .io import atomic_write_json
+from .runtime import set_threads
 
 ROLE_THRESHOLDS = {"sink": 0.5, "positional": 0.5, "diffuse": 0.75}
 ROLES = ("sink", "positional", "diffuse", "other")
@@ -78,15 +79,15 @@ def row_measures(
     return sums
 
 
-def _masks(batch: D.Batch, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _masks(batch: data.Batch, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(query_valid [B, Tq], key_valid [B, Tq, Tk], sink_keys [B, Tk]) of one kind on a batch."""
-    src_valid, tgt_valid = batch.src != D.PAD, batch.tgt_in != D.PAD
+    src_valid, tgt_valid = batch.src != data.PAD, batch.tgt_in != data.PAD
     if kind == "enc-self":
-        query, keys, sink = src_valid, src_valid, batch.src == D.EOS
+        query, keys, sink = src_valid, src_valid, batch.src == data.EOS
     elif kind == "cross":
-        query, keys, sink = tgt_valid, src_valid, batch.src == D.EOS
+        query, keys, sink = tgt_valid, src_valid, batch.src == data.EOS
     else:
-        query, keys, sink = tgt_valid, tgt_valid, batch.tgt_in == D.BOS
+        query, keys, sink = tgt_valid, tgt_valid, batch.tgt_in == data.BOS
     key_valid = keys[:, None, :].expand(-1, query.size(1), -1)
     if kind == "dec-self":
         causal = torch.ones(query.size(1), keys.size(1), dtype=torch.bool).tril()
@@ -95,14 +96,14 @@ def _masks(batch: D.Batch, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 @torch.no_grad()
-def measure_roles(model, batches: list[D.Batch]) -> dict[str, dict[str, torch.Tensor]]:
+def measure_roles(model, batches: list[data.Batch]) -> dict[str, dict[str, torch.Tensor]]:
     """{kind: {measure: [L, H] mean over every valid query row of the batches}}."""
-    from .heads import FIELDS, KINDS, attention_maps
+    from .attention_maps import FIELDS, KINDS, attention_maps
 
     totals: dict[str, dict[str, torch.Tensor]] = {}
     for batch in batches:
         attention = attention_maps(model, batch.src, batch.tgt_in)
-        cpu = D.Batch(batch.src.cpu(), batch.tgt_in.cpu(), batch.tgt_out.cpu(), batch.indices)
+        cpu = data.Batch(batch.src.cpu(), batch.tgt_in.cpu(), batch.tgt_out.cpu(), batch.indices)
         for kind in KINDS:
             maps = torch.stack([m.float().cpu() for m in getattr(attention, FIELDS[kind])])  # [L, B, H, Tq, Tk]
             sums = row_measures(maps, *_masks(cpu, kind), kind)
@@ -169,12 +170,12 @@ def analyse_roles(
     console: Console | None = None,
 ) -> dict:
     """`mhatrain heads RUN_DIR --roles`: measure, classify, write RUN_DIR/heads/roles-SPLIT.json, print."""
-    from .heads import _set_threads, load_eval_set
+    from .heads import load_eval_set
     from .runner import load_run
 
     console = console or Console()
     run = load_run(run_dir, checkpoint, list(overrides))
-    _set_threads(run.config.train.threads)
+    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     run.model.eval()
     means = measure_roles(run.model, evalset.batches)
@@ -216,9 +217,11 @@ def _print_roles(report: dict, console: Console) -> None:
     console.print(table)
     letters = {"sink": "S", "positional": "P", "diffuse": "D", "other": "."}
     for kind in dict.fromkeys(r["kind"] for r in report["heads"]):
-        heads = [r for r in report["heads"] if r["kind"] == kind]
-        layers = max(r["layer"] for r in heads)
-        grid = [" ".join(letters[r["role"]] for r in heads if r["layer"] == layer) for layer in range(1, layers + 1)]
+        kind_records = [r for r in report["heads"] if r["kind"] == kind]
+        layers = max(r["layer"] for r in kind_records)
+        grid = [
+            " ".join(letters[r["role"]] for r in kind_records if r["layer"] == layer) for layer in range(1, layers + 1)
+        ]
         console.print(
             f"{kind}: " + " | ".join(grid) + "   (S sink, P positional, D diffuse, . other; layers left to right)",
             highlight=False,

@@ -1,11 +1,6 @@
-"""Looking inside the heads: attention maps, per-head statistics, head importance and pruning.
-
-Three kinds of attention, each with its own layer stack:
-    enc-self  encoder self-attention     queries and keys: source subwords + </s>
-    dec-self  decoder self-attention     queries and keys: decoder inputs <s> + target (causal)
-    cross     decoder → encoder          queries: decoder inputs; keys: source subwords + </s>
-A kind's maps are [L, H, Tq, Tk]; heads are never averaged. Layers and heads are numbered from 1
-in everything a person reads (tables, JSON records, plots); arrays are indexed from 0.
+"""`mhatrain heads`: head importance and pruning (`--roles`: head_roles.py; one sentence's maps:
+attention_maps.py, which also names the three kinds of attention: enc-self, dec-self, cross).
+Layers and heads are numbered from 1 in everything a person reads; arrays are indexed from 0.
 
 Head importance, three ways (Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better than One?"):
   masking   the change in loss (and BLEU) when one head alone is masked, all others open;
@@ -20,9 +15,7 @@ A gate multiplies its head's output before W_O (attention.py), so a gate of 0 re
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,23 +28,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import data as D
+from . import data
+from .attention_maps import FIELDS, KINDS, n_layers
 from .config import DecodeConfig
 from .decode import translate_ids
 from .errors import MhatrainError
 from .evaluate import bleu_score
-from .io import atomic_write, atomic_write_json
-from .model import Attention, HeadGates, Transformer
-from .precision import autocast
-from .runner import check_input_length
+from .io import atomic_write_json
+from .model import HeadGates, Transformer
+from .runtime import autocast, set_threads
 
-KINDS = ("enc-self", "dec-self", "cross")
-FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
-TITLES = {
-    "enc-self": "encoder self-attention",
-    "dec-self": "decoder self-attention",
-    "cross": "cross-attention (decoder → encoder)",
-}
 PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # share of a group's heads removed at each point
 BLEU_TOLERANCE = 1.0  # a head is prunable if removing it (with the ones before it) costs less BLEU than this
 
@@ -67,302 +53,8 @@ class Head(NamedTuple):
         return f"{self.kind} L{self.layer + 1} H{self.head + 1}"
 
 
-def n_layers(model: Transformer, kind: str) -> int:
-    return len(model.encoder) if kind == "enc-self" else len(model.decoder)
-
-
 def all_heads(model: Transformer, kinds=KINDS) -> list[Head]:
     return [Head(k, layer, h) for k in kinds for layer in range(n_layers(model, k)) for h in range(model.cfg.n_heads)]
-
-
-def parse_kinds(kind: str) -> list[str]:
-    """--kind: one of KINDS or 'all'."""
-    if kind == "all":
-        return list(KINDS)
-    if kind not in KINDS:
-        raise MhatrainError(f"--kind must be one of {', '.join(KINDS)} or all, got {kind!r}")
-    return [kind]
-
-
-def parse_layers(layer: str, model: Transformer, kinds: list[str]) -> dict[str, list[int]]:
-    """--layer: a layer number (from 1) or 'all' → for each kind, the layer indices (from 0)."""
-    if layer == "all":
-        return {k: list(range(n_layers(model, k))) for k in kinds}
-    try:
-        number = int(layer)
-    except ValueError:
-        raise MhatrainError(f"--layer must be a layer number (from 1) or all, got {layer!r}") from None
-    for k in kinds:
-        if not 1 <= number <= n_layers(model, k):
-            raise MhatrainError(f"--layer {number}: {TITLES[k]} has layers 1..{n_layers(model, k)}")
-    return {k: [number - 1] for k in kinds}
-
-
-# ----------------------------------------------------------------------------- attention maps
-
-
-@torch.no_grad()
-def attention_maps(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, gates: HeadGates | None = None
-) -> Attention:
-    """One teacher-forced pass that returns every layer's per-head probabilities.
-
-    src: [B, S] (ids + EOS, PAD-padded); tgt_in: [B, T] (BOS + target). Attention fields hold one
-    [B, H, Tq, Tk] tensor per layer; each row sums to 1 over the keys it may attend to.
-    """
-    attention = Attention()
-    memory, src_mask = model.encode(src, attention=attention, gates=gates)
-    model.decode(tgt_in, memory, src_mask, attention=attention, gates=gates)
-    return attention
-
-
-@dataclass
-class SentenceMaps:
-    """All attention maps of one sentence and its translation."""
-
-    source: str
-    translation: str
-    src_ids: list[int]  # keys of enc-self and cross: source subwords + </s>
-    tgt_ids: list[int]  # queries of dec-self and cross: <s> + translation subwords
-    src_pieces: list[str]
-    tgt_pieces: list[str]
-    maps: dict[str, torch.Tensor]  # kind → [L, H, Tq, Tk], float32 on the CPU
-
-    def labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """(query labels, key labels) of a kind's maps."""
-        if kind == "enc-self":
-            return self.src_pieces, self.src_pieces
-        if kind == "dec-self":
-            return self.tgt_pieces, self.tgt_pieces
-        return self.tgt_pieces, self.src_pieces
-
-    def key_ids(self, kind: str) -> list[int]:
-        return self.tgt_ids if kind == "dec-self" else self.src_ids
-
-
-def check_sentence(sentence: str) -> None:
-    if not sentence.strip():
-        raise MhatrainError("empty sentence: nothing to translate")
-    check_input_length(sentence, "sentence")
-
-
-def sentence_maps(
-    model: Transformer, tokenizer: D.Tokenizer, sentence: str, cfg: DecodeConfig, device, beam: int | None = None
-) -> SentenceMaps:
-    """Translate `sentence`, then collect the maps of (source, <s> + translation) in one pass.
-
-    The decoder row at input position t is the query that predicts target token t + 1.
-    """
-    check_sentence(sentence)
-    ids = tokenizer.encode([sentence])[0]
-    if not ids:
-        raise MhatrainError(f"sentence {sentence!r} has no tokens")
-    limit = model.cfg.max_positions - 1
-    src_ids = ids[: limit - 1] + [D.EOS]  # as translate_ids truncates
-    hyp = translate_ids(model, [ids], cfg, device, beam)[0]
-    tgt_ids = [D.BOS] + hyp[:limit]
-    attention = attention_maps(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
-    maps = {kind: torch.stack(getattr(attention, FIELDS[kind]))[:, 0].float().cpu() for kind in KINDS}
-    return SentenceMaps(
-        sentence,
-        tokenizer.decode([hyp])[0],
-        src_ids,
-        tgt_ids,
-        tokenizer.pieces(src_ids),
-        tokenizer.pieces(tgt_ids),
-        maps,
-    )
-
-
-STATISTICS = ("entropy", "distance", "same", "previous", "next", "eos", "bos")
-
-
-def head_statistics(probs: torch.Tensor, key_ids: list[int]) -> dict[str, torch.Tensor | None]:
-    """Per-head averages over the query rows of one unpadded example; probs: [L, H, Tq, Tk].
-
-    entropy   -Σ_j p_ij log p_ij, in nats (0 = all weight on one key; log Tk = uniform)
-    distance  Σ_j p_ij |i - j|, in positions (for cross-attention: distance from the diagonal)
-    same, previous, next   p_i,i · p_i,i-1 · p_i,i+1 (0 where that key does not exist)
-    eos, bos  weight on keys that are </s> (source side) or <s> (decoder side); None without such keys
-    Returns {name: [L, H]}.
-    """
-    p = probs.float()
-    Tq, Tk = p.shape[-2:]
-    offset = torch.arange(Tk)[None, :] - torch.arange(Tq)[:, None]  # [Tq, Tk]: key j − query i
-    rows = {
-        "entropy": -torch.special.xlogy(p, p).sum(-1),
-        "distance": (p * offset.abs()).sum(-1),
-        "same": (p * (offset == 0)).sum(-1),
-        "previous": (p * (offset == -1)).sum(-1),
-        "next": (p * (offset == 1)).sum(-1),
-    }
-    stats: dict[str, torch.Tensor | None] = {name: value.mean(-1) for name, value in rows.items()}
-    for name, token in (("eos", D.EOS), ("bos", D.BOS)):
-        is_token = torch.tensor([i == token for i in key_ids])
-        stats[name] = (p * is_token).sum(-1).mean(-1) if is_token.any() else None
-    return stats
-
-
-def statistics_records(sm: SentenceMaps, layers: dict[str, list[int]]) -> list[dict]:
-    """One record per selected head: kind, layer and head (from 1) and the head_statistics values."""
-    records = []
-    for kind, indices in layers.items():
-        stats = head_statistics(sm.maps[kind][indices], sm.key_ids(kind))
-        for row, layer in enumerate(indices):
-            for head in range(sm.maps[kind].size(1)):
-                record = {"kind": kind, "layer": layer + 1, "head": head + 1}
-                for name in STATISTICS:
-                    value = stats[name]
-                    record[name] = None if value is None else round(float(value[row, head]), 4)
-                records.append(record)
-    return records
-
-
-def _slug(sentence: str) -> str:
-    words = re.sub(r"[^A-Za-z0-9]+", "-", sentence).strip("-").lower()[:40].strip("-")
-    digest = hashlib.sha1(sentence.encode("utf-8")).hexdigest()[:6]
-    return f"{words}-{digest}" if words else digest
-
-
-def show_attention(
-    run_dir: Path,
-    sentence: str,
-    layer: str = "all",
-    kind: str = "all",
-    out: Path | None = None,
-    console: Console | None = None,
-    overrides=(),
-    html: str | None = None,
-) -> dict:
-    """The `mhatrain attention` command: maps, grid plots, statistics table and files.
-
-    html: also write the interactive page (attention_html) to this file; "" = <out dir>/attention.html.
-    """
-    from .runner import load_run
-
-    console = console or Console()
-    check_sentence(sentence)
-    kinds = parse_kinds(kind)
-    out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
-    page_path = None if html is None else Path(html) if html else out_dir / "attention.html"
-    if page_path is not None and page_path.is_dir():
-        raise MhatrainError(f"--html {page_path} is a directory; give a file name, e.g. {page_path / 'attention.html'}")
-    run = load_run(run_dir, overrides=list(overrides))
-    _set_threads(run.config.train.threads)
-    layers = parse_layers(layer, run.model, kinds)
-    sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
-    report = {
-        "run_dir": str(run_dir),
-        "update": run.step,
-        "source": sm.source,
-        "translation": sm.translation,
-        "beam": run.config.decode.beam,
-        "src_pieces": sm.src_pieces,
-        "tgt_pieces": sm.tgt_pieces,
-        "note": "maps[kind][l][h][i][j]: weight of query i on key j in layer layers[kind][l], head h+1; "
-        "enc-self: source×source, dec-self: decoder input×decoder input, cross: decoder input×source",
-        "layers": {k: [i + 1 for i in layers[k]] for k in kinds},
-        "statistics": statistics_records(sm, layers),
-        "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
-    }
-    written = write_attention_files(sm, layers, report, out_dir / f"attention-{_slug(sentence)}")
-    if page_path is not None:
-        write_attention_page(sm, layers, page_path, f"{run_dir}, update {run.step}, beam {run.config.decode.beam}")
-    _print_attention(sm, report["statistics"], console)
-    console.print("files: " + "  ".join(map(str, written)), highlight=False, markup=False)
-    if page_path is not None:
-        console.print(f"html: {page_path}", highlight=False, markup=False)
-    return report
-
-
-def axis_names(kind: str) -> tuple[str, str]:
-    """What a kind's queries and keys are, for axis labels and column headings."""
-    query = "source token" if kind == "enc-self" else "decoder input (predicts the next token)"
-    key = "decoder input" if kind == "dec-self" else "source token"
-    return query, key
-
-
-def write_attention_page(sm: SentenceMaps, layers: dict[str, list[int]], path: Path, caption: str) -> Path:
-    """The self-contained HTML head view of the selected kinds and layers (attention_html)."""
-    from .attention_html import AttentionView, write_attention_html
-
-    views = [
-        AttentionView(
-            kind,
-            TITLES[kind],
-            *axis_names(kind),
-            *sm.labels(kind),
-            [i + 1 for i in indices],
-            sm.maps[kind][indices].numpy(),
-        )
-        for kind, indices in layers.items()
-    ]
-    return write_attention_html(path, sm.source, sm.translation, views, caption)
-
-
-def write_attention_files(sm: SentenceMaps, layers: dict[str, list[int]], report: dict, stem: Path) -> list[Path]:
-    """STEM-<kind>.png grids, STEM.json (report) and STEM.npz (float32 maps + tokens)."""
-    from .plots import attention_grid
-
-    written = []
-    for kind, indices in layers.items():
-        q_labels, k_labels = sm.labels(kind)
-        q_name, k_name = axis_names(kind)
-        path = stem.with_name(f"{stem.name}-{kind}.png")
-        attention_grid(
-            sm.maps[kind][indices].numpy(),
-            [i + 1 for i in indices],
-            q_labels,
-            k_labels,
-            f"{TITLES[kind]} — {sm.source!r} → {sm.translation!r}",
-            path,
-            q_name,
-            k_name,
-        )
-        written.append(path)
-    json_path, npz_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".npz")
-    atomic_write_json(json_path, report)
-    arrays = {FIELDS[k]: sm.maps[k][indices].numpy() for k, indices in layers.items()}
-    arrays.update({f"{FIELDS[k]}_layers": np.array([i + 1 for i in indices]) for k, indices in layers.items()})
-    arrays.update(src_pieces=np.array(sm.src_pieces), tgt_pieces=np.array(sm.tgt_pieces))
-    atomic_write(npz_path, lambda f: np.savez_compressed(f, **arrays), binary=True)
-    return written + [json_path, npz_path]
-
-
-def _print_attention(sm: SentenceMaps, records: list[dict], console: Console) -> None:
-    console.print(
-        f"source:         {sm.source}\ntranslation:    {sm.translation}\n"
-        f"source pieces:  {' '.join(sm.src_pieces)}\ndecoder inputs: {' '.join(sm.tgt_pieces)}",
-        highlight=False,
-        markup=False,
-    )
-    table = Table(
-        title="per-head attention statistics (means over query positions)",
-        caption="entropy in nats; dist: mean distance |i - j| in positions; the rest: shares of "
-        "attention weight on the same, previous and next position and on </s> and <s>",
-        show_edge=False,
-    )
-    for name in ("kind", "layer", "head", "entropy", "dist", "same", "prev", "next", "</s>", "<s>"):
-        table.add_column(name, justify="left" if name == "kind" else "right", no_wrap=True)
-    for r in records:
-        table.add_row(
-            r["kind"],
-            str(r["layer"]),
-            str(r["head"]),
-            f"{r['entropy']:.2f}",
-            f"{r['distance']:.2f}",
-            *(_share(r[name]) for name in ("same", "previous", "next", "eos", "bos")),
-        )
-    console.print(table)
-
-
-def _share(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _set_threads(threads: int) -> None:
-    if threads:
-        torch.set_num_threads(threads)
 
 
 # ----------------------------------------------------------------------------- importance
@@ -375,24 +67,22 @@ class EvalSet:
     name: str
     sources: list[list[int]]  # token ids, no EOS (translate_ids adds it)
     references: list[str]
-    batches: list[D.Batch]  # teacher-forcing batches of the non-empty pairs, on the device
+    batches: list[data.Batch]  # teacher-forcing batches of the non-empty pairs, on the device
     n_tokens: int  # target tokens (+ EOS) in the batches
 
 
 def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
     """The first `max_sentences` pairs (0 = all) of a split; loss pairs are truncated like validation's."""
-    from .runner import split_name
-
-    corpus = D.load_split(run.config.data, split_name(run.config, split))
+    corpus = data.load_split(run.config.data, data.split_name(run.config, split))
     if max_sentences:
         corpus = corpus.head(max_sentences)
-    encoded = D.encode_corpus(run.tokenizer, corpus, None)
-    pairs = D.loss_pairs(encoded, run.config.data.max_length)
+    encoded = data.encode_corpus(run.tokenizer, corpus, None)
+    pairs = data.loss_pairs(encoded, run.config.data.max_length)
     if not len(pairs):
         raise MhatrainError(f"{corpus.name}: no non-empty sentence pairs to judge heads on")
     batches = [
-        D.collate(pairs, indices).to(run.device)
-        for indices in D.batch_indices(D.pair_lengths(pairs), run.config.train.max_tokens)
+        data.collate(pairs, indices).to(run.device)
+        for indices in data.batch_indices(data.pair_lengths(pairs), run.config.train.max_tokens)
     ]
     return EvalSet(corpus.name, encoded.src.tolist(), corpus.tgt, batches, sum(b.n_tgt_tokens for b in batches))
 
@@ -405,20 +95,20 @@ def open_gates(model: Transformer, device, requires_grad: bool = False) -> HeadG
     )
 
 
-def gates_without(model: Transformer, heads, device) -> HeadGates:
-    """Open gates except for `heads` (Head tuples), which are set to 0."""
+def gates_without(model: Transformer, removed: list[Head], device) -> HeadGates:
+    """Open gates except for the `removed` heads, whose gates are 0."""
     gates = open_gates(model, device)
-    for kind, layer, head in heads:
+    for kind, layer, head in removed:
         getattr(gates, FIELDS[kind])[layer, head] = 0.0
     return gates
 
 
-def summed_nll(model: Transformer, batch: D.Batch, gates: HeadGates | None) -> torch.Tensor:
+def summed_nll(model: Transformer, batch: data.Batch, gates: HeadGates | None) -> torch.Tensor:
     """Summed NLL of the batch's target tokens under head gates (train.batch_loss, without smoothing)."""
     memory, src_mask = model.encode(batch.src, gates=gates)
     logits = model.decode(batch.tgt_in, memory, src_mask, gates=gates).float()  # [B, T, V]
     return F.cross_entropy(
-        logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=D.PAD, reduction="sum"
+        logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=data.PAD, reduction="sum"
     )
 
 
@@ -440,7 +130,7 @@ class Judge:
     """Scores a model on an EvalSet under given head gates."""
 
     model: Transformer
-    tokenizer: D.Tokenizer
+    tokenizer: data.Tokenizer
     evalset: EvalSet
     decode: DecodeConfig
     device: torch.device
@@ -504,10 +194,10 @@ def normalise_per_layer(importance: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def pruning_order(normalised: dict[str, torch.Tensor], kinds) -> list[Head]:
     """Heads of `kinds`, least important first (stable: ties keep kind, layer, head order)."""
-    heads = [
+    candidates = [
         Head(k, layer, h) for k in kinds for layer in range(normalised[k].size(0)) for h in range(normalised[k].size(1))
     ]
-    return sorted(heads, key=lambda head: float(normalised[head.kind][head.layer, head.head]))
+    return sorted(candidates, key=lambda head: float(normalised[head.kind][head.layer, head.head]))
 
 
 def prune_counts(n: int) -> list[int]:
@@ -648,18 +338,15 @@ def analyse_heads(
     overrides=(),
     console: Console | None = None,
 ) -> dict:
-    """The `mhatrain heads` command: measure, then save JSON and plots and print the tables."""
+    """The `mhatrain heads` command: measure, then save JSON and plots and print the tables.
+
+    metric: "bleu" (decode with `beam`; also reports loss) or "loss"; checkpoint: "best" or "last";
+    max_sentences: the first N pairs of the split (0 = all)."""
     from .runner import load_run
 
     console = console or Console()
-    if metric not in ("bleu", "loss"):
-        raise MhatrainError(f"--metric must be bleu or loss, got {metric!r}")
-    if checkpoint not in ("best", "last"):
-        raise MhatrainError(f"--checkpoint must be best or last, got {checkpoint!r}")
-    if beam < 1 or max_sentences < 0:
-        raise MhatrainError("--beam must be at least 1 and --max-sentences at least 0")
     run = load_run(run_dir, checkpoint, list(overrides))
-    _set_threads(run.config.train.threads)
+    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     model = run.model
     judge = Judge(

@@ -15,8 +15,8 @@ from torch import nn
 
 from .attention import KVCache, Mask, MultiHeadAttention
 from .config import ModelConfig
-from .data import PAD
 from .dropout import Dropout
+from .tokens import PAD
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -90,6 +90,13 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
+    """One of the encoder's N identical layers (§3.1): multi-head self-attention over the source, then
+    the position-wise feed-forward network (§3.3), each in a residual connection with dropout and
+    LayerNorm (post-norm as in the paper, or pre-norm: model.norm).
+
+    forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None).
+    """
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
@@ -117,6 +124,15 @@ class LayerCache:
 
 
 class DecoderLayer(nn.Module):
+    """One of the decoder's N identical layers (§3.1): masked (causal) self-attention over the target
+    so far, encoder-decoder attention over the encoder output (`memory`), then the position-wise
+    feed-forward network, each in a residual connection with dropout and LayerNorm.
+
+    forward: y [B, T, D], memory [B, S, D] → (y [B, T, D], self-attention probabilities
+    [B, H, T, T] or None, cross-attention probabilities [B, H, T, S] or None). With a LayerCache,
+    y holds only the new positions and earlier keys/values come from the cache.
+    """
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
@@ -194,6 +210,14 @@ class HeadGates:
 
 
 class Transformer(nn.Module):
+    """The encoder-decoder Transformer (§3, Figure 1): shared token embeddings scaled by sqrt(D) plus
+    sinusoidal positions (§3.4, §3.5), a stack of EncoderLayers, a stack of DecoderLayers, and the
+    output projection to the vocabulary (tied to the embeddings when model.tie_embeddings).
+
+    encode: src [B, S] → memory [B, S, D]; decode: tgt_in [B, T] → logits [B, T, V] (incrementally,
+    with a DecoderCache); forward = both, teacher-forced, for training.
+    """
+
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()
         self.cfg, self.vocab_size = cfg, vocab_size

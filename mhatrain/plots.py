@@ -212,7 +212,7 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels):
         ours, paper = panel["ours"], panel.get("paper") or {}
-        heads = sorted(set(ours) | set(paper))
+        head_counts = sorted(set(ours) | set(paper))
         handles = []
         if ours:
             hs = sorted(ours)
@@ -234,9 +234,9 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
             )
             twin.set_ylabel(panel.get("paper_label", "paper"), color="tab:orange")
         ax.set_xscale("log", base=2)
-        if heads:
-            ax.set_xticks(heads, [str(h) for h in heads])
-            ax.set_xlim(min(heads) / 1.5, max(heads) * 1.5)
+        if head_counts:
+            ax.set_xticks(head_counts, [str(h) for h in head_counts])
+            ax.set_xlim(min(head_counts) / 1.5, max(head_counts) * 1.5)
         ax.minorticks_off()
         ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
         ax.grid(alpha=0.3)

@@ -129,11 +129,11 @@ def corpus_record(corpus) -> dict:
 def split_record(cfg, split: str) -> dict:
     """Where a split of the config's source comes from, without reading its sentences (the training data
     may come from the encoded cache): the sha256 of its local files, or the hub dataset's fingerprint."""
-    from . import data as D
+    from . import data  # late: the other records need neither it nor torch
 
     if cfg.local_dir is not None:
-        return files_record(*D._local_files(Path(cfg.local_dir).expanduser(), split, cfg.src_lang, cfg.tgt_lang))
-    return {"source": f"hub:{cfg.dataset}/{split}", "data_fingerprint": D.source_fingerprint(cfg, split)}
+        return files_record(*data._local_files(Path(cfg.local_dir).expanduser(), split, cfg.src_lang, cfg.tgt_lang))
+    return {"source": f"hub:{cfg.dataset}/{split}", "data_fingerprint": data.source_fingerprint(cfg, split)}
 
 
 def files_record(*paths: Path) -> dict:

@@ -181,8 +181,7 @@ def describe(values: dict[int, float]) -> dict:
 
 def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] | None, str]:
     from .config import load_config
-    from .data import load_split
-    from .runner import split_name
+    from .data import load_split, split_name
 
     source = next((r for r in runs if r.status == "done" and r.heads == BASELINE_HEADS), None)
     try:

@@ -13,7 +13,7 @@ from rich.console import Console
 from . import provenance
 from .checkpoint import TOKENIZER_FILE, eval_path, open_run
 from .config import Config, apply_override, check_config
-from .data import Tokenizer, load_split
+from .data import Tokenizer, load_split, split_name
 from .decode import translate
 from .distributed import resolve_device
 from .errors import MhatrainError
@@ -77,16 +77,6 @@ def _check_architecture(config: Config, trained: dict, overrides: list[str]) -> 
                 f"--set {given}: the model was trained with model.{key}="
                 f"{trained['model'].get(key)!r}; a trained model's architecture cannot change"
             )
-
-
-def split_name(config: Config, split: str) -> str:
-    """Map train/valid/test to the data source's split names; other names pass through."""
-    return {
-        "train": config.data.train_split,
-        "valid": config.data.valid_split,
-        "validation": config.data.valid_split,
-        "test": config.data.test_split,
-    }.get(split, split)
 
 
 @dataclass

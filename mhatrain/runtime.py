@@ -1,15 +1,51 @@
-"""How this process computes: checks of the machine's number formats against the config's precision."""
+"""How this process computes: the autocast context of a precision, the loss scaler fp16 needs, torch's
+thread count, which device names the options accept, and a check of the machine's number formats
+against the config's precision.
+
+bf16 has fp32's exponent range: gradients do not underflow, no scaling is needed. fp16 (for GPUs
+without bf16) has a narrow range: the loss is multiplied by a dynamic scale before the backward pass,
+the gradients are divided by it before clipping and the Adam step, and the scale is halved after an
+update whose gradients overflowed (that update is skipped) and doubled after 2000 good ones.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # train.precision → autocast dtype (fp32: none)
 BF16_PROBE_SIZE = (
     512  # large enough to hit the blocked GEMM kernels (256 did not show the slow path), small enough to cost < 1 s
 )
 SLOW_BF16_RATIO = 2.0  # bf16 slower than fp32 by more than this: the CPU has no native bf16 matmul
+
+
+def autocast(device, precision: str):
+    """The context that training, validation, decoding, head analysis and the benches compute in:
+    autocast to `precision`'s dtype (train.precision: bf16 or fp16) on `device`; nothing for fp32."""
+    if precision in DTYPES:
+        return torch.autocast(device_type=torch.device(device).type, dtype=DTYPES[precision])
+    return contextlib.nullcontext()
+
+
+def loss_scaler(device, precision: str) -> torch.amp.GradScaler:
+    """A GradScaler for fp16; for other precisions a disabled one, whose calls change nothing."""
+    return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")
+
+
+def set_threads(threads: int) -> None:
+    """Use `threads` CPU threads for torch's operations (train.threads, --threads); 0 keeps torch's default."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def is_device_name(name: str, allow_auto: bool = False) -> bool:
+    """Whether `name` is a device the options accept: cpu, cuda or cuda:N (and auto when `allow_auto`)."""
+    if allow_auto and name == "auto":
+        return True
+    return name in ("cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
 
 
 def _matmul_seconds(dtype: torch.dtype, repeats: int = 3) -> float:
@@ -27,8 +63,8 @@ def _matmul_seconds(dtype: torch.dtype, repeats: int = 3) -> float:
 def slow_bf16_warning(device: torch.device, precision: str) -> str | None:
     """A warning line when bf16 is asked for on a CPU whose bf16 matmuls are slower than its fp32 ones.
 
-    CPUs without AVX-512 BF16 or AMX compute bf16 matmuls in a slow fallback (measured 100× slower than
-    fp32 on an AVX2-only CPU), so a bf16 config that is fast on one machine can stall on another.
+    CPUs without AVX-512 BF16 or AMX compute bf16 matmuls in a slow fallback (see docs/performance.md,
+    "Design measurements"), so a bf16 config that is fast on one machine can stall on another.
     """
     if precision != "bf16" or torch.device(device).type != "cpu":
         return None

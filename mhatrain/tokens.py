@@ -23,6 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+# The special ids: the tokenizer is trained to give them these ids (data.train_or_load_tokenizer), the
+# model's embedding keeps PAD's row out of the gradient, batches pad with PAD, and decoding starts from
+# BOS and stops at EOS.
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
 CACHE_FORMAT = 1
 ARRAYS = ("src.ids", "src.offsets", "tgt.ids", "tgt.offsets", "index")
 
@@ -96,6 +101,12 @@ class TokenTable:
         if after is not None:
             out[np.arange(len(rows)), lengths + first] = after
         return out
+
+
+def right_padded(seqs: list[list[int]], after: int | None = None) -> np.ndarray:
+    """[len(seqs), longest (+ 1 with `after`)] int64: the sequences, each followed by the id `after` when
+    given, padded on the right with PAD: the layout of every batch the model reads."""
+    return TokenTable.from_lists(seqs, dtype=np.int64).padded(list(range(len(seqs))), PAD, after=after)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
-"""Training: data preparation, the loss, the paper's learning-rate schedule, and the loop.
+"""Training: data preparation, validation, and the loop (one update is step.py's).
 
 The loop reads top to bottom: for each epoch, deterministic token batches; for each update,
-`accum_steps` batches of forward/backward, clip, Adam step; validate and checkpoint at the
+`accum_steps` batches of forward/backward, clip, Adam step (step.optimizer_update); validate and checkpoint at the
 configured interval; stop on max_epochs, max_steps, early stopping or a signal.
 Resuming restores model, optimiser, step, data position and RNG state, so a resumed run
 produces the same weights as an uninterrupted one.
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import data as D
-from . import provenance
+from . import data, provenance
 from .checkpoint import (
     BEST,
     CONFIG_FILE,
@@ -51,27 +50,19 @@ from .errors import CheckpointError, MhatrainError
 from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
-from .loss import smoothed_cross_entropy
 from .model import Transformer, build_model, count_parameters
-from .precision import autocast, loss_scaler
-from .runtime import slow_bf16_warning
+from .runtime import autocast, loss_scaler, set_threads, slow_bf16_warning
+from .step import batch_loss, make_optimizer, noam_lr, optimizer_update
 from .tokens import load_encoded, save_encoded
-
-
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)  (paper eq. 3)."""
-    step = max(step, 1)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
 
 # ----------------------------------------------------------------------------- data
 
 
 @dataclass
 class Prepared:
-    tokenizer: D.Tokenizer
-    train: D.Encoded
-    valid: D.Encoded
+    tokenizer: data.Tokenizer
+    train: data.Encoded
+    valid: data.Encoded
     valid_refs: list[str]
     valid_src: list[list[int]]
     sources: dict  # "train", "valid": where the text came from (provenance.corpus_record)
@@ -81,70 +72,48 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     """Train or reuse the tokenizer, then map the encoded training split from the cache, or encode,
     filter and cache it first; encode the (small) validation split."""
     cfg = config.data
-    data_key = D.train_data_key(cfg)
+    data_key = data.train_data_key(cfg)
     existing = run_dir / "spm.model"
-    source = existing if existing.is_file() else D.train_or_load_tokenizer(cfg, log, data_key)
-    tokenizer = D.install_tokenizer(source, run_dir)
-    cache = D.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
+    source = existing if existing.is_file() else data.train_or_load_tokenizer(cfg, log, data_key)
+    tokenizer = data.install_tokenizer(source, run_dir)
+    cache = data.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
     train = load_encoded(cache)
     if train is not None:
         log(f"data: mapped the encoded training data from {cache}")
     else:
         started = time.perf_counter()
-        corpus = D.load_train_corpus(cfg)
-        encoded = D.encode_corpus(tokenizer, corpus, cfg.max_length)
+        corpus = data.load_train_corpus(cfg)
+        encoded = data.encode_corpus(tokenizer, corpus, cfg.max_length)
         if len(encoded) == 0:
-            raise D.DataError(f"{corpus.name}: no training pairs left after filtering")
+            raise data.DataError(f"{corpus.name}: no training pairs left after filtering")
         save_encoded(cache, encoded)
         del encoded, corpus  # the text and the arrays: from now on the cache's mapped pages serve
         train = load_encoded(cache)
         log(f"data: encoded the training data in {time.perf_counter() - started:.1f}s, cached in {cache}")
-    valid_corpus = D.load_split(cfg, cfg.valid_split)
+    valid_corpus = data.load_split(cfg, cfg.valid_split)
     log(
         f"data: {len(train)} training pairs kept of {len(train) + train.dropped_empty + train.dropped_long} "
         f"({train.dropped_empty} empty, {train.dropped_long} longer than {cfg.max_length} tokens dropped); "
         f"{len(valid_corpus)} validation pairs; vocabulary {tokenizer.vocab_size}"
     )
-    valid = D.encode_corpus(tokenizer, valid_corpus, None)
+    valid = data.encode_corpus(tokenizer, valid_corpus, None)
     sources = {"train": provenance.split_record(cfg, cfg.train_split), "valid": provenance.corpus_record(valid_corpus)}
     return Prepared(
-        tokenizer, train, D.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(), sources
+        tokenizer, train, data.loss_pairs(valid, cfg.max_length), valid_corpus.tgt, valid.src.tolist(), sources
     )
 
 
-# ----------------------------------------------------------------------------- loss and validation
-
-
-def batch_loss(model: Transformer, batch: D.Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over the batch's target tokens (PAD
-    positions excluded), both fp32, as F.cross_entropy with label_smoothing computes them (see
-    mhatrain.loss: one pass serves both, without an [N, V] fp32 log-softmax)."""
-    logits = model(batch.src, batch.tgt_in)  # [B, T, V]
-    gold = batch.tgt_out.reshape(-1)
-    real = gold != D.PAD
-    per_token, nll = smoothed_cross_entropy(logits.view(-1, logits.size(-1)), gold, smoothing)
-    return per_token[real].sum(), nll[real].sum()
-
-
-def make_optimizer(parameters, t, lr: float) -> torch.optim.Adam:
-    """The paper's Adam; the fused kernel where this torch has one for the device (one pass over all
-    parameters instead of a loop of small operations per tensor)."""
-    parameters = list(parameters)
-    device = parameters[0].device.type
-    fused = device in ("cpu", "cuda") and all(p.dtype.is_floating_point for p in parameters)
-    return torch.optim.Adam(
-        parameters, lr=lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps, weight_decay=t.weight_decay, fused=fused
-    )
+# ----------------------------------------------------------------------------- validation
 
 
 @torch.no_grad()
-def validate(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
+def run_validation(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
     """Validation loss, per-token perplexity and (if enabled) BLEU of greedy/beam output."""
     model.eval()
     nll_sum, n_tokens = 0.0, 0
     with autocast(device, config.train.precision):
-        for indices in D.batch_indices(D.pair_lengths(prepared.valid), config.train.max_tokens):
-            batch = D.collate(prepared.valid, indices).to(device)
+        for indices in data.batch_indices(data.pair_lengths(prepared.valid), config.train.max_tokens):
+            batch = data.collate(prepared.valid, indices).to(device)
             _, nll = batch_loss(model, batch, 0.0)
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens
@@ -170,8 +139,8 @@ def validate(model: Transformer, prepared: Prepared, config: Config, device: tor
 
 
 @dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint."""
+class TrainState:
+    """Where training stands; saved in every checkpoint (under "progress")."""
 
     step: int = 0  # optimiser updates done
     epoch: int = 0  # current epoch (0-based)
@@ -276,24 +245,26 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     if t.tensorboard:
         check_tensorboard()  # before any data is read or any model is built
     last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    set_threads(t.threads)
     device = procs.device
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
     vocab_fp = prepared.tokenizer.fingerprint()
+    # Three views of one model: `model`, the raw module (checkpoints save and validation runs it);
+    # `ddp_model`, the same in DistributedDataParallel when launched (gradients are exchanged through
+    # it); `compiled_step`, which runs each update on torch.compile's version of ddp_model or on ddp_model.
     model = build_model(config.model, prepared.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
     scaler = loss_scaler(device, t.precision)
-    progress = Progress()
+    progress = TrainState()
     if last is not None:
         check_compatible(last, config, str(run_dir / LAST), vocab_fp)
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         if "scaler" in last:
             scaler.load_state_dict(last["scaler"])
-        progress = Progress(**last["progress"])
+        progress = TrainState(**last["progress"])
         # A finished run continues when its limits were raised (e.g. a larger train.max_steps).
         progress.stop_reason = stop_reason(progress, t)
         progress.finished = bool(progress.stop_reason)
@@ -321,8 +292,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                 device, prepared.sources, run_dir / "spm.model", resumed=last is not None, processes=procs.world
             ),
         )
-    wrapped = procs.wrap(model)
-    step_model = CompiledStep(wrapped, t.compile, log)
+    ddp_model = procs.wrap(model)
+    compiled_step = CompiledStep(ddp_model, t.compile, log)
 
     saved_at = time.monotonic()
 
@@ -362,10 +333,10 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
             return False
         return bool(procs.max(int(time.monotonic() - saved_at >= 60 * t.checkpoint_every_minutes)))
 
-    lengths = D.pair_lengths(prepared.train)
+    lengths = data.pair_lengths(prepared.train)
     accum = accum_steps_for(t, procs.world)
     per_update = procs.world * accum  # batches per update, all processes together
-    per_epoch = math.ceil(len(D.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
+    per_epoch = math.ceil(len(data.batch_indices(lengths, t.max_tokens, t.seed, 0)) / per_update)
     total = t.max_epochs * per_epoch if not t.max_steps else min(t.max_steps, t.max_epochs * per_epoch)
     progress.world_size, progress.tokens_per_update = procs.world, per_update * t.max_tokens
     processes = f" × {procs.world} process{'es' if procs.world > 1 else ''}" if procs.launched else ""
@@ -383,16 +354,16 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         MetricsLog(run_dir, board, progress.step if last is not None else None) as metrics,
     ):
         while progress.epoch < t.max_epochs and not progress.finished:
-            batches = D.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
+            batches = data.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
-            with D.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
+            with data.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
                 while progress.batch_in_epoch < len(batches):
                     group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
                     started = time.perf_counter()
-                    step = progress.step + 1
-                    stats = step_model.run(
-                        lambda m, share=share, step=step: _update(
-                            m, wrapped, optimizer, scaler, share, config, step, procs
+                    lr = noam_lr(progress.step + 1, config.model.d_model, t.warmup_steps, t.lr_factor)
+                    stats = compiled_step.run(
+                        lambda m, share=share, lr=lr: optimizer_update(
+                            m, ddp_model, optimizer, scaler, share, t, lr, procs
                         ),
                         optimizer,
                     )
@@ -525,7 +496,7 @@ def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> 
     return prepared
 
 
-def stop_reason(progress: Progress, t) -> str:
+def stop_reason(progress: TrainState, t) -> str:
     """Why training should stop now, or "" to go on."""
     if t.max_steps and progress.step >= t.max_steps:
         return f"reached max_steps={t.max_steps}"
@@ -536,83 +507,21 @@ def stop_reason(progress: Progress, t) -> str:
     return ""
 
 
-def collate_share(data: D.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[D.Batch, int]]:
+def collate_share(encoded: data.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[data.Batch, int]]:
     """This process's share of an update's `batches` (those of all processes together), collated, with
     their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only).
 
     Each process takes every world-th batch. One left without any (in an epoch's last, short update)
     must still join DDP's gradient exchange: it runs the first batch with weight 0.
     """
-    share = [(D.collate(data, indices), 1) for indices in batches[procs.rank :: procs.world]]
-    share = share or [(D.collate(data, batches[0]), 0)]
+    share = [(data.collate(encoded, indices), 1) for indices in batches[procs.rank :: procs.world]]
+    share = share or [(data.collate(encoded, batches[0]), 0)]
     if procs.device.type == "cuda":
         share = [(batch.pin_memory(), weight) for batch, weight in share]
     return share
 
 
-def _update(
-    step_model, wrapped, optimizer, scaler, share: list[tuple[D.Batch, int]], config: Config, step: int, procs: Group
-) -> dict:
-    """One optimiser update over this process's `share` (see `collate_share`) of the update's batches.
-
-    The loss is averaged over the target tokens of the batches of all processes: the gradient is the
-    one that a single process computes from all of them with accum_steps = their number.
-    """
-    t, device = config.train, procs.device
-    sizes = [(w * b.n_tgt_tokens, *(w * n for n in b.padding_cells)) for b, w in share]
-    n_tokens, pad, cells = (int(n) for n in procs.sum(*map(sum, zip(*sizes))))  # of the whole update
-    loss_sum = nll_sum = 0.0
-    try:
-        for k, (batch, weight) in enumerate(share):
-            batch = batch.to(device, non_blocking=True)  # from pinned memory on CUDA: overlaps the step
-            with procs.accumulating(wrapped, final=k == len(share) - 1):
-                with autocast(device, t.precision):
-                    loss, nll = batch_loss(step_model, batch, t.label_smoothing)
-                # DDP averages the gradients of the processes: × world turns the average into the sum.
-                scaler.scale(loss * (weight * procs.world) / n_tokens).backward()  # fp16: × the loss scale
-            loss_sum += weight * float(loss.detach())
-            nll_sum += weight * float(nll)
-    except torch.OutOfMemoryError:
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        if procs.launched:  # the other processes already wait for this one's gradients: no way to skip
-            raise MhatrainError(
-                f"out of memory on rank {procs.rank} in an update of {n_tokens} target tokens; with "
-                f"several processes an update cannot be skipped: lower train.max_tokens"
-            ) from None
-        return {"skipped": f"out of memory on a batch of {n_tokens} target tokens"}
-    loss_sum, nll_sum = procs.sum(loss_sum, nll_sum)
-    # After DDP's exchange every process holds the same gradients, so all of them decide alike.
-    scaler.unscale_(optimizer)  # fp16: gradients back to their true size, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), t.clip_norm if t.clip_norm > 0 else float("inf"))
-    if not (math.isfinite(loss_sum) and torch.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        if scaler.is_enabled() and math.isfinite(loss_sum):
-            # fp16 overflow of the scaled gradients: the scaler's normal way of finding its scale, not a
-            # bad update, unless the scale has already fallen below 1 (then the gradients are not finite)
-            scale = scaler.get_scale()
-            scaler.update()  # halves the scale
-            return {"skipped": f"fp16 gradient overflow at loss scale {scale:g}", "loss_scale_lowered": scale >= 1}
-        return {"skipped": f"non-finite {'loss' if not math.isfinite(loss_sum) else 'gradient'}"}
-    lr = noam_lr(step, config.model.d_model, t.warmup_steps, t.lr_factor)
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
-    fault_point("update")
-    scaler.step(optimizer)  # = optimizer.step() (the gradients are finite, checked above)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return {
-        "loss": round(loss_sum / n_tokens, 4),
-        "nll": round(nll_sum / n_tokens, 4),
-        "lr": lr,
-        "grad_norm": round(float(grad_norm), 3),
-        "tokens": n_tokens,
-        "padding": round(pad / cells, 3),
-    }
-
-
-def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
+def _note_skipped(progress: TrainState, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
     """Count a skipped update; stop after `limit` bad ones in a row (the last checkpoint stays as it was)."""
     progress.skipped_updates += 1
     progress.bad_in_a_row += int(bad)
@@ -625,11 +534,11 @@ def _note_skipped(progress: Progress, why: str, limit: int, run_dir: Path, log, 
 
 
 def _validate_and_track(
-    model, prepared, config, device, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+    model, prepared, config, device, progress: TrainState, run_dir: Path, display, metrics: MetricsLog
 ) -> None:
     t = config.train
     started = time.perf_counter()
-    result = validate(model, prepared, config, device)
+    result = run_validation(model, prepared, config, device)
     progress.valid_seconds += time.perf_counter() - started
     score = result["valid_bleu"] if t.early_stop_metric == "bleu" and "valid_bleu" in result else -result["valid_loss"]
     improved = progress.best_score is None or score > progress.best_score
@@ -650,7 +559,7 @@ def _validate_and_track(
     display.log(record)
 
 
-def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) -> dict:
+def _weights(model, config: Config, progress: TrainState, tokenizer: data.Tokenizer) -> dict:
     """The state of a weights-only checkpoint (best.pt, a snapshot): what eval and average read."""
     return checkpoint_state(
         model.state_dict(), config.to_dict(), asdict(progress), tokenizer.fingerprint(), tokenizer.vocab_size
@@ -658,7 +567,7 @@ def _weights(model, config: Config, progress: Progress, tokenizer: D.Tokenizer) 
 
 
 def _validate_on_main(
-    procs: Group, model, prepared, config, progress: Progress, run_dir: Path, display, metrics: MetricsLog
+    procs: Group, model, prepared, config, progress: TrainState, run_dir: Path, display, metrics: MetricsLog
 ) -> None:
     """Rank 0 validates (and keeps best.pt); the others wait, then take its verdict (best score, patience)."""
     if procs.is_main:
@@ -706,14 +615,14 @@ class CompiledStep:
     fails (compilation happens in its first forward and backward, so that is where its errors surface):
     then, after one warning line, the update is redone eagerly from the same state and random numbers."""
 
-    def __init__(self, wrapped, enabled: bool, log):
-        self.eager, self.model, self.log = wrapped, wrapped, log
+    def __init__(self, ddp_model, enabled: bool, log):
+        self.eager, self.model, self.log = ddp_model, ddp_model, log
         if enabled:
             try:
-                self.model = torch.compile(wrapped)
+                self.model = torch.compile(ddp_model)
             except Exception as exc:  # compile is an optimisation: never fatal
                 log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
-        self.untried = self.model is not wrapped
+        self.untried = self.model is not ddp_model
 
     def run(self, update, optimizer) -> dict:
         """`update(model)`, falling back to the eager model if it is the first compiled one and fails."""
@@ -737,7 +646,7 @@ class CompiledStep:
         return stats
 
 
-def _summary(progress: Progress, n_params: int, run_dir: Path) -> dict:
+def _summary(progress: TrainState, n_params: int, run_dir: Path) -> dict:
     wall = progress.train_seconds + progress.valid_seconds
     return {
         "run_dir": str(run_dir),

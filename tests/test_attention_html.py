@@ -12,7 +12,7 @@ import pytest
 
 from mhatrain import cli
 from mhatrain.attention_html import AttentionView, render_page, write_attention_html
-from mhatrain.heads import KINDS
+from mhatrain.attention_maps import KINDS
 
 from . import browser as browser_module
 from .browser import require_browser, start_chromium

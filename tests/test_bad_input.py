@@ -49,7 +49,7 @@ from .conftest import ROOT, TINY, TOY, library_translations, run_cli
 
 SERVER = r"""
 import io, json, os, sys, traceback
-import mhatrain.cli, mhatrain.heads, mhatrain.runner, mhatrain.train  # imported once, shared by every case
+import mhatrain.attention_maps, mhatrain.cli, mhatrain.heads, mhatrain.runner, mhatrain.train  # imported once, shared by every case
 encoding = sys.stdout.encoding
 for line in sys.stdin:
     req = json.loads(line)

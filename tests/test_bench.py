@@ -18,9 +18,10 @@ import torch
 from mhatrain.bench import BenchOptions, run_benches
 from mhatrain.bench.flops import forward_macs
 from mhatrain.bench.memory import Workload, peak_memory_mib
-from mhatrain.bench.options import check_options, parse_precision
+from mhatrain.bench.options import check_options
 from mhatrain.bench.report import OURS
 from mhatrain.bench.timing import Summary, ready_step, time_alternating
+from mhatrain.cli import parse_precision
 from mhatrain.config import ModelConfig
 from mhatrain.errors import MhatrainError
 from mhatrain.model import build_model

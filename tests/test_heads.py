@@ -14,26 +14,22 @@ import torch
 from rich.console import Console
 
 from mhatrain import cli
+from mhatrain.attention_maps import FIELDS, KINDS, attention_maps, head_statistics, show_attention
 from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD, Batch
 from mhatrain.decode import translate_ids
 from mhatrain.heads import (
-    FIELDS,
-    KINDS,
     EvalSet,
     Head,
     Judge,
     all_heads,
-    attention_maps,
     gates_without,
-    head_statistics,
     normalise_per_layer,
     open_gates,
     prunable,
     prune_counts,
     pruning_curve,
     pruning_order,
-    show_attention,
     summed_nll,
 )
 from mhatrain.model import build_model
@@ -350,7 +346,12 @@ def test_attention_command_writes_grids_maps_and_statistics(attention_out, tiny_
 def test_attention_one_layer_one_kind(tiny_run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     returned = show_attention(
-        tiny_run, "The car sees the house.", layer="2", kind="cross", out=tmp_path, console=Console(file=io.StringIO())
+        tiny_run,
+        "The car sees the house.",
+        layer=2,
+        kinds=("cross",),
+        out=tmp_path,
+        console=Console(file=io.StringIO()),
     )
     assert len(list(tmp_path.glob("*.png"))) == 1
     report = json.loads(next(tmp_path.glob("*.json")).read_text())

@@ -309,7 +309,8 @@ def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precisi
     import torch.nn.functional as F
 
     from mhatrain.data import Batch
-    from mhatrain.train import autocast, batch_loss
+    from mhatrain.runtime import autocast
+    from mhatrain.step import batch_loss
 
     model = small_model(norm)
     src = pad_to([tokens(5, seed=21), tokens(3, seed=22), tokens(7, seed=23)], 7)

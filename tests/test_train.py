@@ -16,7 +16,8 @@ from rich.console import Console
 from mhatrain.checkpoint import load_checkpoint, open_run, save_checkpoint
 from mhatrain.config import load_config
 from mhatrain.errors import CheckpointError
-from mhatrain.train import noam_lr, train
+from mhatrain.step import noam_lr
+from mhatrain.train import train
 
 from .conftest import ROOT, TINY, run_cli
 
@@ -313,15 +314,16 @@ def test_open_run_rejects_directories_that_are_not_runs(tmp_path):
 
 def test_stop_reasons():
     from mhatrain.config import TrainConfig
-    from mhatrain.train import Progress, stop_reason
+    from mhatrain.train import TrainState, stop_reason
 
     t = TrainConfig(max_epochs=5, max_steps=100, patience=3)
-    assert stop_reason(Progress(step=99, epoch=4, bad_validations=2), t) == ""
-    assert stop_reason(Progress(step=100), t) == "reached max_steps=100"
-    assert stop_reason(Progress(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
-    assert stop_reason(Progress(step=5, epoch=5), t) == "reached max_epochs=5"
+    assert stop_reason(TrainState(step=99, epoch=4, bad_validations=2), t) == ""
+    assert stop_reason(TrainState(step=100), t) == "reached max_steps=100"
+    assert stop_reason(TrainState(step=5, bad_validations=3), t).startswith("early stopping after 3 validations")
+    assert stop_reason(TrainState(step=5, epoch=5), t) == "reached max_epochs=5"
     assert (
-        stop_reason(Progress(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1)) == ""
+        stop_reason(TrainState(step=10**6, bad_validations=99), TrainConfig(max_steps=0, patience=0, max_epochs=1))
+        == ""
     )
 
 
@@ -350,7 +352,7 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
 
 def _poison_losses(monkeypatch, bad_calls):
     """Make batch_loss return NaN on the given call numbers (1-based)."""
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -390,7 +392,7 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
 def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache, monkeypatch):
     """fp16 trains through torch.amp.GradScaler: an update whose scaled gradients overflow (the loss itself
     finite) is skipped and halves the scale, and such skips do not count towards train.max_bad_updates."""
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -420,7 +422,7 @@ def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache
 
 
 def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, monkeypatch):
-    import mhatrain.train as T
+    import mhatrain.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -446,7 +448,7 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
 
     import mhatrain.loss
     from mhatrain.data import PAD, Batch
-    from mhatrain.train import batch_loss
+    from mhatrain.step import batch_loss
 
     monkeypatch.setitem(mhatrain.loss.BLOCK_BYTES, "cpu", block_bytes)
     torch.manual_seed(0)

@@ -53,10 +53,9 @@ def report_benches(names: list[str], options: BenchOptions, console, json_path=N
 
 
 def _apply_threads(options: BenchOptions) -> None:
-    import torch
+    from ..runtime import set_threads
 
-    if options.threads:
-        torch.set_num_threads(options.threads)
+    set_threads(options.threads)
 
 
 __all__ = ["BENCHES", "BenchOptions", "report_benches", "run_benches"]

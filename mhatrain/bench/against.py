@@ -48,6 +48,11 @@ def label(path: Path) -> str:
     return f"against {commit}{'+dirty' if dirty else ''}"
 
 
+def has_module(path: Path, module: str) -> bool:
+    """Whether the checkout's mhatrain has `module` (e.g. "step", which older checkouts lack)."""
+    return (check_checkout(path) / "mhatrain" / f"{module}.py").is_file()
+
+
 def import_checkout(path: Path, module: str) -> ModuleType:
     """`module` (e.g. "train") of the checkout's mhatrain, imported as mhatrain_against_<hash>.<module>."""
     root = check_checkout(path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..attention import MultiHeadAttention
-from ..precision import autocast
+from ..runtime import autocast
 from .measure import measure_peers
 from .memory import Workload
 from .options import QUICK_D_MODEL, BenchOptions, check_heads

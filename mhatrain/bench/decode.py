@@ -21,11 +21,11 @@ import dataclasses
 
 import torch
 
-from .. import data as D
+from .. import data
 from ..config import Config, DecodeConfig, ModelConfig
-from ..decode import beam_search
+from ..decode import batch_source_tokens, beam_search
 from ..model import build_model
-from ..precision import autocast
+from ..runtime import autocast
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
 from .memory import Workload
@@ -63,9 +63,9 @@ def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
 def _never_end(output: torch.nn.Linear) -> None:
     """Zero EOS's output row (random weights): every sentence runs to the length limit."""
     with torch.no_grad():
-        output.weight[D.EOS].zero_()
+        output.weight[data.EOS].zero_()
         if output.bias is not None:
-            output.bias[D.EOS] = 0.0
+            output.bias[data.EOS] = 0.0
 
 
 def decode_step(
@@ -99,7 +99,7 @@ def decode_step(
                 return [
                     model.generate(
                         input_ids=src,
-                        attention_mask=src != D.PAD,
+                        attention_mask=src != data.PAD,
                         do_sample=False,
                         max_new_tokens=n + 1,
                         **({} if random_weights else {"min_new_tokens": n}),
@@ -126,7 +126,7 @@ def decode_step(
 def generated_tokens(peer: str, output) -> list[int]:
     """Tokens generated per sentence, EOS included."""
     if peer == "HF generate":
-        return (output[:, 1:] != D.PAD).sum(1).tolist()  # column 0 is the decoder start token
+        return (output[:, 1:] != data.PAD).sum(1).tolist()  # column 0 is the decoder start token
     return [len(hyp) + 1 for hyp in output]
 
 
@@ -162,8 +162,8 @@ def run(options: BenchOptions, log) -> BenchResult:
         extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
     )
     for beam in options.beams:
-        # the batches decode.translate_ids makes: length-sorted, batch_tokens × max(1, 4 // beam) source tokens
-        order = D.batch_indices([len(s) + 1 for s in sources], decode_cfg.batch_tokens * max(1, 4 // beam))
+        # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
+        order = data.batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
         batches = [pad_sources([sources[i] for i in indices]) for indices in order]
         forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
         check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)

@@ -1,5 +1,5 @@
-"""Inputs of the train and decode benches: real Multi30k batches when the data is here, else
-synthetic ones with Multi30k-like lengths; the model config (shrunk by --quick).
+"""Inputs of the train and decode benches: real Multi30k batches from --data or the config's
+data.local_dir, else synthetic ones with Multi30k-like lengths; the model config (shrunk by --quick).
 
 Real data goes through the data module exactly as training does: the config's SentencePiece model
 (trained once and cached, like `mhatrain train`), encoding, the max_length filter, and token-budget
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
-from .. import data as D
+from .. import data
 from ..config import Config
 from ..errors import MhatrainError
-from .options import DEFAULT_DATA, QUICK_D_MODEL, BenchOptions
+from ..tokens import EOS, right_padded
+from .options import QUICK_D_MODEL, BenchOptions
 
 # --quick: a 2+2-layer d64 model, a 1,000-token vocabulary and small batches
 QUICK_MODEL = {"d_model": QUICK_D_MODEL, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -44,22 +45,22 @@ def data_dir(options: BenchOptions, config: Config) -> Path | None:
         return Path(options.data_dir)
     if config.data.local_dir is not None and Path(config.data.local_dir).expanduser().is_dir():
         return Path(config.data.local_dir).expanduser()
-    return DEFAULT_DATA if DEFAULT_DATA.is_dir() else None
+    return None
 
 
 def _with_local_dir(config: Config, directory: Path) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, local_dir=str(directory)))
 
 
-def load_tokenizer(config: Config, directory: Path, log) -> D.Tokenizer:
+def load_tokenizer(config: Config, directory: Path, log) -> data.Tokenizer:
     """The config's joint SentencePiece model for this data (cached in data.cache_dir)."""
     config = _with_local_dir(config, directory)
-    return D.Tokenizer(D.train_or_load_tokenizer(config.data, log))
+    return data.Tokenizer(data.train_or_load_tokenizer(config.data, log))
 
 
 @dataclass
 class TrainInputs:
-    batches: list[D.Batch]
+    batches: list[data.Batch]
     vocab_size: int
     source: str  # where the batches came from, for the report
 
@@ -72,14 +73,14 @@ def training_batches(options: BenchOptions, config: Config, n_batches: int, log)
         vocab, source = config.data.vocab_size, "synthetic Multi30k-like lengths"
     else:
         tokenizer = load_tokenizer(config, directory, log)
-        corpus = D.load_split(_with_local_dir(config, directory).data, config.data.train_split)
-        encoded = D.encode_corpus(tokenizer, corpus, config.data.max_length)
+        corpus = data.load_split(_with_local_dir(config, directory).data, config.data.train_split)
+        encoded = data.encode_corpus(tokenizer, corpus, config.data.max_length)
         vocab, source = tokenizer.vocab_size, f"{corpus.name} (train split)"
-    order = D.batch_indices(D.pair_lengths(encoded), config.train.max_tokens, config.train.seed, 0)
-    return TrainInputs([D.collate(encoded, indices) for indices in order[:n_batches]], vocab, source)
+    order = data.batch_indices(data.pair_lengths(encoded), config.train.max_tokens, config.train.seed, 0)
+    return TrainInputs([data.collate(encoded, indices) for indices in order[:n_batches]], vocab, source)
 
 
-def synthetic_pairs(n: int, vocab_size: int, seed: int) -> D.Encoded:
+def synthetic_pairs(n: int, vocab_size: int, seed: int) -> data.Encoded:
     """Random token ids with Multi30k-like subword lengths: source ~ N(15, 5), target ≈ source + 2."""
     g = torch.Generator().manual_seed(seed)
     src_len = (torch.randn(n, generator=g) * 5 + 15).round().clamp(4, 40).long()
@@ -88,11 +89,11 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int) -> D.Encoded:
     def ids(length: int) -> list[int]:
         return torch.randint(4, vocab_size, (length,), generator=g).tolist()
 
-    return D.Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
+    return data.Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
 
 
 def test_sources(
-    options: BenchOptions, config: Config, tokenizer: D.Tokenizer | None, n: int, log
+    options: BenchOptions, config: Config, tokenizer: data.Tokenizer | None, n: int, log
 ) -> tuple[list[list[int]], str]:
     """Token ids of the test split (config's data.test_split, test_2016_flickr for Multi30k) or
     synthetic sources; at most `n` sentences (0 = all)."""
@@ -100,14 +101,11 @@ def test_sources(
     if directory is None or tokenizer is None:
         sources = synthetic_pairs(n or 1000, config.data.vocab_size, options.seed).src
         return sources, "synthetic Multi30k-like lengths"
-    corpus = D.load_split(_with_local_dir(config, directory).data, config.data.test_split)
+    corpus = data.load_split(_with_local_dir(config, directory).data, config.data.test_split)
     texts = corpus.src[:n] if n else corpus.src
     return tokenizer.encode(texts), f"{corpus.name} ({len(texts)} sentences)"
 
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:
     """[B, S] ids + EOS, right-padded, as `decode.translate_ids` builds them."""
-    out = torch.full((len(sources), max(len(s) for s in sources) + 1), D.PAD, dtype=torch.long)
-    for row, seq in enumerate(sources):
-        out[row, : len(seq) + 1] = torch.tensor(seq + [D.EOS], dtype=torch.long)
-    return out
+    return torch.from_numpy(right_padded(sources, after=EOS))

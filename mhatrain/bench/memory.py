@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..runtime import autocast, set_threads
 from .timing import Step, ready_step
 
 
@@ -65,8 +66,8 @@ def _warm_runtime(device: torch.device) -> None:
     """Torch's first operations allocate thread pools, kernel caches and autograd's engine (tens of
     MiB, the same for every peer): run a few before the baseline so the figure is the peer's own."""
     x = torch.randn(64, 64, device=device, requires_grad=True)
-    for bf16 in (False, True):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+    for precision in ("fp32", "bf16"):
+        with autocast(device, precision):
             y = torch.nn.functional.linear(x, x).softmax(-1) @ x
         y.sum().backward()
 
@@ -99,8 +100,7 @@ def _status_kib(field: str) -> int:
 
 def _measure(workload: Workload, device_name: str, compile: bool, threads: int, conn) -> None:
     try:
-        if threads:
-            torch.set_num_threads(threads)
+        set_threads(threads)
         for name in workload.imports:
             importlib.import_module(name)
         build = workload.builder()

@@ -17,9 +17,9 @@ if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors 
     import torch
 
 BENCHES = ("attention", "train", "decode")
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = ROOT / "configs" / "multi30k.yaml"
-DEFAULT_DATA = Path("../shared/data/multi30k")  # the project machines' local Multi30k copy
+# --config's default: the Multi30k config of a source checkout, relative to the current directory (as
+# `mhatrain train`'s runs/); an installed package has none, and then --config is needed.
+DEFAULT_CONFIG = Path("configs") / "multi30k.yaml"
 PRECISIONS = ("fp32", "bf16")
 QUICK_D_MODEL = 64  # --quick: the width of the attention layer and of the train/decode models
 
@@ -29,7 +29,7 @@ REPETITIONS = {"attention": ((20, 3), (3, 1)), "train": ((5, 1), (2, 1)), "decod
 
 @dataclass
 class BenchOptions:
-    device: torch.device = field(default_factory=lambda: parse_device("cpu"))
+    device: torch.device = field(default_factory=lambda: _cpu())
     quick: bool = False
     repeats: int | None = None  # None: the bench's default
     warmup: int | None = None
@@ -41,7 +41,7 @@ class BenchOptions:
     threads: int = 0  # 0: torch's default
     config: Path = DEFAULT_CONFIG
     overrides: tuple[str, ...] = ()  # --set section.key=value, applied to the config
-    data_dir: Path | None = None  # None: the config's data.local_dir, else DEFAULT_DATA if present
+    data_dir: Path | None = None  # None: the config's data.local_dir, else synthetic input
     checkpoint: Path | None = None  # decode: a run directory for ours
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
@@ -52,6 +52,11 @@ class BenchOptions:
         """The config file with the --set overrides (data paths are checked where they are used)."""
         from ..config import load_config
 
+        if self.config == DEFAULT_CONFIG and not DEFAULT_CONFIG.is_file():
+            raise MhatrainError(
+                f"no --config given, and {DEFAULT_CONFIG} (a source checkout's) is not in {Path.cwd()}: "
+                f"pass --config FILE"
+            )
         return load_config(self.config, self.overrides, check_paths=False)
 
     def repetitions(self, bench: str) -> tuple[int, int]:
@@ -59,41 +64,16 @@ class BenchOptions:
         return self.repeats or repeats, warmup if self.warmup is None else self.warmup
 
 
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
+
+
 def check_heads(heads: tuple[int, ...], d_model: int) -> None:
     bad = [h for h in heads if not heads_divide(d_model, h)]
     if bad:
         raise MhatrainError(f"--heads {','.join(map(str, heads))}: h={bad[0]} does not divide d_model={d_model}")
-
-
-def parse_names(names: list[str]) -> list[str]:
-    unknown = [n for n in names if n not in BENCHES]
-    if unknown:
-        raise MhatrainError(f"unknown bench {unknown[0]!r}: choose from {', '.join(BENCHES)}")
-    if not names:
-        raise MhatrainError(f"name a bench: {', '.join(BENCHES)}")
-    return list(dict.fromkeys(names))
-
-
-def parse_precision(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    if text == "both":
-        return PRECISIONS
-    if text not in PRECISIONS:
-        raise MhatrainError(f"--precision must be fp32, bf16 or both, got {text!r}")
-    return (text,)
-
-
-def parse_device(text: str | None) -> torch.device:
-    import torch
-
-    if text is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if text not in ("cpu", "cuda") and not (text.startswith("cuda:") and text[5:].isdigit()):
-        raise MhatrainError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
-    if text.startswith("cuda") and not torch.cuda.is_available():
-        raise MhatrainError(f"--device {text} but CUDA is not available on this machine")
-    return torch.device(text)
 
 
 def check_options(names: list[str], options: BenchOptions, heads_given: bool) -> None:

@@ -1,7 +1,8 @@
 """The peers our code is measured against, built to compute what ours computes.
 
-* `ArticleMultiHeadAttention`: the explainer article's listing (see REFERENCE.md) with its three
-  defects fixed and its design kept: separate per-head projections and a Python loop over heads.
+* `ArticleMultiHeadAttention`: the PyTorch listing of the multi-head attention explainer article the
+  project started from, with its three defects fixed (described in the class's docstring) and its
+  design kept: separate per-head projections and a Python loop over heads.
 * `torch_mha_from`: `torch.nn.MultiheadAttention` loaded with the weights of one of our modules.
 * `TorchTransformerSeq2Seq`: `torch.nn.Transformer` with our embeddings, positions, dropout placement
   and tied output projection; `load_ours_into` copies a trained model of ours into it.
@@ -21,9 +22,9 @@ from torch import nn
 
 from ..attention import MultiHeadAttention
 from ..config import ModelConfig
-from ..data import BOS, EOS, PAD
 from ..errors import MhatrainError
 from ..model import Transformer, sinusoidal_positions
+from ..tokens import BOS, EOS, PAD
 
 # ----------------------------------------------------------------------------- attention peers
 
@@ -46,15 +47,15 @@ class ArticleMultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
         """query: [B, Tq, D]; key, value: [B, Tk, D]; mask: [B, 1, Tk] or [B, Tq, Tk], True = may attend."""
         batch_size = query.size(0)  # fix 1: the listing used an undefined `batch_size`
-        heads = []
+        head_outputs = []
         for i in range(self.n_heads):
             q, k, v = self.w_q[i](query), self.w_k[i](key), self.w_v[i](value)  # [B, T, d_k]
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # [B, Tq, Tk]
             if mask is not None:  # fix 3: the listing had no mask
                 scores = scores.masked_fill(~mask, float("-inf"))
-            heads.append(torch.softmax(scores, dim=-1) @ v)  # [B, Tq, d_k]
+            head_outputs.append(torch.softmax(scores, dim=-1) @ v)  # [B, Tq, d_k]
         # fix 2: [B, H, Tq, d_k] → [B, Tq, H, d_k] before the view, so each position's heads are concatenated
-        stacked = torch.stack(heads, dim=1).transpose(1, 2).contiguous()
+        stacked = torch.stack(head_outputs, dim=1).transpose(1, 2).contiguous()
         return self.w_o(stacked.view(batch_size, -1, self.d_model))
 
     @torch.no_grad()

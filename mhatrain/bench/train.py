@@ -6,8 +6,8 @@ Peers, all of the config's dimensions (configs/multi30k.yaml by default), same b
                    (bench.peers.TorchTransformerSeq2Seq; checked: with our weights, our logits)
   MarianMT         Hugging Face MarianMTModel of the same dimensions (ReLU, tied embeddings;
                    post-LN: Marian has no pre-LN option; same FLOPs, different function)
-A step is what `mhatrain train` does per update: forward under autocast, label-smoothed loss
-(mhatrain.train.batch_loss), backward, gradient clipping (train.clip_norm), Adam step.
+A step is what `mhatrain train` does per update, by the same function (mhatrain.step.optimizer_update):
+forward under autocast, label-smoothed loss, backward, gradient clipping (train.clip_norm), Adam step.
 A sample is `--batches` such steps on the same batches for every peer.
 With `--against CHECKOUT` the peers are ours and that checkout's step (an A/B of two versions of
 this code, see bench/against.py), checked to compute the same loss and gradients.
@@ -15,13 +15,18 @@ this code, see bench/against.py), checked to compute the same loss and gradients
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from .. import data as D
-from .. import train as our_train
+from .. import data
+from .. import step as update_step
 from ..config import Config, ModelConfig, TrainConfig
+from ..distributed import Group
+from ..errors import MhatrainError
 from ..model import build_model, count_parameters
-from ..train import batch_loss
+from ..runtime import loss_scaler
+from ..step import batch_loss
 from . import against as other
 from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
@@ -54,35 +59,62 @@ def train_step(
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batches: list[D.Batch],
+    batches: list[data.Batch],
     precision: str,
     device,
     seed: int,
     compile: bool = False,
     against: str | None = None,
 ) -> Step:
-    """One sample: a training update on each batch, as `mhatrain.train._update` does it.
+    """One sample: `mhatrain train`'s update (mhatrain.step.optimizer_update) on each batch in turn.
 
-    against: a checkout whose model, loss and optimiser the peer that is not ours uses."""
+    against: a checkout whose model and update the peer that is not ours uses."""
     device = torch.device(device)
     torch.manual_seed(seed)
-    train_module = other.import_checkout(against, "train") if against is not None and peer != OURS else our_train
-    model = (
-        train_module.build_model(model_cfg, vocab_size)
-        if train_module is not our_train
-        else build_seq2seq(peer, model_cfg, vocab_size)
-    )
-    autocast, batch_loss, make_optimizer = train_module.autocast, train_module.batch_loss, train_module.make_optimizer
+    t = dataclasses.replace(train_cfg, precision=precision)
+    if against is None or peer == OURS:
+        return _updates(update_step, build_seq2seq(peer, model_cfg, vocab_size), t, batches, device, compile)
+    model = other.import_checkout(against, "model").build_model(model_cfg, vocab_size)
+    if other.has_module(against, "step"):
+        return _updates(other.import_checkout(against, "step"), model, t, batches, device, compile)
+    return _legacy_updates(other.import_checkout(against, "train"), model, t, batches, device, compile)
+
+
+def _updates(
+    step_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
+) -> Step:
+    """A step that runs `step_module.optimizer_update` (the trainer's) once per batch, in one process."""
     model = model.to(device).train()
-    optimizer = make_optimizer(model.parameters(), train_cfg, LR)  # the trainer's, for every peer
-    step_model = torch.compile(model) if compile else model
+    optimizer = step_module.make_optimizer(model.parameters(), t, LR)  # the trainer's, for every peer
+    scaler = loss_scaler(device, t.precision)
+    forward_model = torch.compile(model) if compile else model
+    shares = [[(batch.to(device), 1)] for batch in batches]  # on the device already, as a prefetched batch
+    procs = Group(device)
+
+    def step():
+        for share in shares:
+            stats = step_module.optimizer_update(forward_model, model, optimizer, scaler, share, t, LR, procs)
+            if "skipped" in stats:  # a skipped update is not the cost of a step
+                raise MhatrainError(f"bench train: an update was skipped ({stats['skipped']})")
+
+    return step
+
+
+def _legacy_updates(
+    train_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
+) -> Step:
+    """For a checkout from before step.py (e.g. 062a073), whose update cannot be called on its own: the
+    update rebuilt from its train module's autocast, loss and optimiser, as its `_update` runs them."""
+    model = model.to(device).train()
+    optimizer = train_module.make_optimizer(model.parameters(), t, LR)
+    forward_model = torch.compile(model) if compile else model
     on_device = [(batch.to(device), batch.n_tgt_tokens) for batch in batches]
-    clip = train_cfg.clip_norm if train_cfg.clip_norm > 0 else float("inf")
+    clip = t.clip_norm if t.clip_norm > 0 else float("inf")
 
     def step():
         for batch, n_tokens in on_device:
-            with autocast(device, precision):
-                loss, _ = batch_loss(step_model, batch, train_cfg.label_smoothing)
+            with train_module.autocast(device, t.precision):
+                loss, _ = train_module.batch_loss(forward_model, batch, t.label_smoothing)
             (loss / n_tokens).backward()
             float(loss.detach())  # the loop reads the loss every update (logging, non-finite check)
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -93,13 +125,13 @@ def train_step(
 
 
 @torch.no_grad()
-def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: D.Batch, device, seed: int) -> Check:
+def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: data.Batch, device, seed: int) -> Check:
     """nn.Transformer loaded with our weights gives our logits (fp32, eval, real target positions)."""
     torch.manual_seed(seed)
     ours = build_model(cfg, vocab_size).to(device).eval()
     peer = TorchTransformerSeq2Seq(cfg, vocab_size).to(device).eval().load_ours(ours)
     batch = batch.to(device)
-    real = batch.tgt_out != D.PAD
+    real = batch.tgt_out != data.PAD
     a, b = ours(batch.src, batch.tgt_in)[real], peer(batch.src, batch.tgt_in)[real]
     diff, scale = float((a - b).abs().max()), float(a.abs().max())
     tolerance = 1e-4 * max(1.0, scale)
@@ -114,21 +146,21 @@ def check_against(
     cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batch: D.Batch,
+    batch: data.Batch,
     device,
     seed: int,
     against: str,
     name: str,
 ) -> Check:
     """The other checkout's model, loaded with our weights, gives our loss and gradients (fp32, no dropout)."""
-    train_module = other.import_checkout(against, "train")
+    their_loss = other.import_checkout(against, "step" if other.has_module(against, "step") else "train").batch_loss
     torch.manual_seed(seed)
     ours = build_model(cfg, vocab_size).to(device).eval()
-    theirs = train_module.build_model(cfg, vocab_size).to(device).eval()
+    theirs = other.import_checkout(against, "model").build_model(cfg, vocab_size).to(device).eval()
     theirs.load_state_dict(ours.state_dict())
     batch = batch.to(device)
     results = []
-    for model, loss_of in ((ours, batch_loss), (theirs, train_module.batch_loss)):
+    for model, loss_of in ((ours, batch_loss), (theirs, their_loss)):
         loss, _ = loss_of(model, batch, train_cfg.label_smoothing)
         (loss / batch.n_tgt_tokens).backward()
         results.append((float(loss.detach()), {n: p.grad for n, p in model.named_parameters()}))
@@ -138,7 +170,7 @@ def check_against(
         float((grads_a[n] - grads_b[n]).abs().max()) / max(1e-6, float(grads_a[n].abs().max())) for n in grads_a
     )
     # fp32 kernels that sum in another order (the loss's log-softmax, SDPA's causal mode) differ in
-    # the last bits, and 12 layers of backward pass amplify that: 1.9e-4 measured for 062a073 at full size.
+    # the last bits, and 12 layers of backward pass amplify that (docs/performance.md, "Design measurements").
     passed = loss_diff <= 1e-5 and grad_diff <= 1e-3
     return Check(
         f"{name} with our weights gives our loss and gradients (fp32)",
@@ -147,7 +179,7 @@ def check_against(
     )
 
 
-PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it ~100x slower
+PEAK_SECONDS = 0.5  # the longest one peak matmul may take: a CPU without native bf16 runs it far slower
 
 
 def measure_peaks(device: torch.device, quick: bool) -> dict[str, float]:
