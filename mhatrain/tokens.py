@@ -55,9 +55,15 @@ class TokenTable:
 
     @classmethod
     def concat(cls, tables: list[TokenTable]) -> TokenTable:
-        ids = np.concatenate([t.ids for t in tables])
-        starts = np.cumsum([0] + [len(t.ids) for t in tables[:-1]])
-        offsets = np.concatenate([[0], *[t.offsets[1:] + s for t, s in zip(tables, starts)]]).astype(np.int64)
+        """The sequences of `tables`, in order, in one table (at least one table; all of one dtype).
+        Copied into arrays sized up front, so nothing but the result is allocated."""
+        ids = np.empty(sum(len(t.ids) for t in tables), dtype=tables[0].ids.dtype)
+        offsets = np.empty(sum(len(t) for t in tables) + 1, dtype=np.int64)
+        offsets[0] = at = n = 0
+        for t in tables:
+            ids[at : at + len(t.ids)] = t.ids
+            np.add(t.offsets[1:], at, out=offsets[n + 1 : n + 1 + len(t)])
+            at, n = at + len(t.ids), n + len(t)
         return cls(ids, offsets)
 
     def __len__(self) -> int:
