@@ -482,7 +482,9 @@ def _open_run_dir(config: Config, run_dir: Path, resume: bool, batch_change: str
 
 def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> Prepared:
     """Rank 0 prepares the data first (it may train the tokenizer, installs it in the run directory, and
-    encodes and caches the training data); the others then read that tokenizer and map that cache."""
+    encodes and caches the training data); the others then read that tokenizer and map that cache.
+    The other ranks print their own preparation lines, marked with their rank, so a launch shows which
+    process encoded and which mapped; after this, rank 0 speaks for all."""
     if procs.is_main:
         prepared = prepare_data(config, run_dir, log)
     procs.barrier()
@@ -492,7 +494,7 @@ def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> 
                 f"rank {procs.rank} cannot see {run_dir / 'spm.model'}, written by rank 0: the run "
                 f"directory must be on storage that every machine shares"
             )
-        prepared = prepare_data(config, run_dir, log)
+        prepared = prepare_data(config, run_dir, lambda message: print(f"rank {procs.rank}: {message}", flush=True))
     return prepared
 
 

@@ -84,3 +84,13 @@ def library_translations(run_dir: Path, sentences: list[str], which: str = "best
     return translate(
         run.model, run.tokenizer, sentences, run.config.decode, run.device, precision=run.config.train.precision
     )
+
+
+@pytest.fixture(scope="module")
+def toy_tokenizer(tmp_path_factory):
+    """A SentencePiece model of the toy corpus (vocabulary 64) in a cache of its own, and its data config."""
+    from mhatrain import data
+    from mhatrain.config import DataConfig
+
+    cfg = DataConfig(local_dir=str(TOY), vocab_size=64, cache_dir=str(tmp_path_factory.mktemp("cache")))
+    return data.Tokenizer(data.train_or_load_tokenizer(cfg, log=lambda *_: None)), cfg

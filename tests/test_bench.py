@@ -326,3 +326,13 @@ def test_bad_against_fails_before_measuring(names, path, fragment):
     with pytest.raises(MhatrainError) as caught:
         check_options(names, BenchOptions(against=Path(path)), heads_given=False)
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_bf16_peak_share_of_an_fp32_row_is_left_out_where_bf16_is_the_slow_mode():
+    from mhatrain.bench.train import peak_shares
+
+    fast_bf16 = {"fp32": 100e9, "bf16": 400e9}
+    slow_bf16 = {"fp32": 100e9, "bf16": 1e9}
+    assert peak_shares(50e9, fast_bf16, "fp32") == {"fp32_peak_share": 0.5, "bf16_peak_share": 0.125}
+    assert peak_shares(50e9, slow_bf16, "fp32") == {"fp32_peak_share": 0.5}
+    assert peak_shares(0.5e9, slow_bf16, "bf16") == {"fp32_peak_share": 0.005, "bf16_peak_share": 0.5}

@@ -106,7 +106,7 @@ def test_help_prints_square_brackets_as_written():
     "text, minimum, message",
     [
         ("8,x", 1, "--heads: 'x' is not an integer (give a comma-separated list of head counts)"),
-        ("8,,16", 1, "--heads: '' is not an integer"),
+        ("8,,16", 1, "--heads: '' is not an integer (give a comma-separated list of head counts)"),
         ("1,0", 1, "--heads: 0 is below 1 (give a comma-separated list of head counts)"),
         ("4,8,4", None, "--heads: 4 is given twice"),
         (" , ", None, "--heads: give a comma-separated list of head counts, e.g. --heads 1,4,8"),

@@ -13,8 +13,6 @@ from mhatrain import data as D
 from mhatrain.config import DataConfig
 from mhatrain.errors import DataError
 
-from .conftest import TOY
-
 
 def cfg_for(directory, **kw) -> DataConfig:
     return DataConfig(local_dir=str(directory), train_split="train", valid_split="valid", **kw)
@@ -138,14 +136,6 @@ def test_hub_failure_suggests_local_files(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError, match="cannot load hub dataset 'x/y' split 'train'.*data.local_dir"):
         D.load_split(DataConfig(dataset="x/y"), "train")
-
-
-@pytest.fixture(scope="module")
-def toy_tokenizer(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    cfg = DataConfig(local_dir=str(TOY), vocab_size=64, cache_dir=str(cache))
-    path = D.train_or_load_tokenizer(cfg, log=lambda *_: None)
-    return D.Tokenizer(path), cfg
 
 
 def test_tokenizer_is_cached_and_reused(toy_tokenizer):

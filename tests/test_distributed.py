@@ -108,6 +108,9 @@ def test_two_processes_train_like_one_process_on_the_same_batches(two_processes,
     # Rank 0 alone prints and writes: each line and record once.
     assert stdout.count("batches: ≤2048 tokens × 1 accumulation × 2 processes = ≤4096 tokens per update") == 1
     assert stdout.count("run directory:") == 1 and stdout.count("done: reached max_steps=14") == 1
+    # Rank 0 prepares the data (encodes, or maps what an earlier run cached); rank 1 only maps it.
+    assert stdout.count("rank 1: data: mapped the encoded training data from") == 1
+    assert "rank 1: data: encoded" not in stdout and "rank 1: tokenizer: training" not in stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["kind"], r["step"]) for r in records] == [
         ("train", 1),

@@ -16,9 +16,8 @@ MAX_LENGTH = 22  # with the toy tokenizer (vocabulary 64) this keeps about half 
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> D.Tokenizer:
-    cfg = DataConfig(local_dir=str(TOY), vocab_size=64, cache_dir=str(tmp_path_factory.mktemp("cache")))
-    return D.Tokenizer(D.train_or_load_tokenizer(cfg, log=lambda *_: None))
+def tokenizer(toy_tokenizer) -> D.Tokenizer:
+    return toy_tokenizer[0]
 
 
 @pytest.fixture(scope="module")
