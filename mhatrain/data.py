@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checkpoint import TOKENIZER_FILE
 from .config import Config, DataConfig
 from .errors import DataError
 from .tokens import (  # noqa: F401  (Encoded: the type callers build batches from; the special ids, for callers)
@@ -343,7 +344,7 @@ def install_tokenizer(source: Path, run_dir: Path) -> Tokenizer:
     """Copy the tokenizer into the run directory so the run is self-contained."""
     from .io import atomic_write
 
-    target = run_dir / "spm.model"
+    target = run_dir / TOKENIZER_FILE
     data = Path(source).read_bytes()
     if not target.exists() or target.read_bytes() != data:
         atomic_write(target, lambda f: f.write(data), binary=True)  # a kill mid-copy must not leave half a model

@@ -319,7 +319,7 @@ def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
 NOTES = {
     "loss": "mean NLL per target token (teacher forcing, no label smoothing)",
     "masked_*/delta_*": "score with this head alone masked (gate 0), and its change from the baseline",
-    "gradient": "sum over batches of |dL/dgate| / target tokens, L = summed NLL of the batch (Michel et al. 2019)",
+    "gradient": "sum over sentences of |dL_s/dgate| / target tokens, L_s = a sentence's summed NLL (Michel et al. 2019)",
     "gradient_normalised": "gradient divided by the L2 norm of its layer's gradients (Michel et al. 2019)",
     "prune_rank": "position in the all-kinds pruning order (1 = removed first, least important)",
     "pruning": "scores with the k least important heads (by gradient_normalised) of each group removed",

@@ -31,6 +31,7 @@ from .checkpoint import (
     LAST_PREV,
     METRICS_FILE,
     SUMMARY_FILE,
+    TOKENIZER_FILE,
     check_compatible,
     checkpoint_state,
     drop_snapshots_after,
@@ -73,7 +74,7 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
     filter and cache it first; encode the (small) validation split."""
     cfg = config.data
     data_key = data.train_data_key(cfg)
-    existing = run_dir / "spm.model"
+    existing = run_dir / TOKENIZER_FILE
     source = existing if existing.is_file() else data.train_or_load_tokenizer(cfg, log, data_key)
     tokenizer = data.install_tokenizer(source, run_dir)
     cache = data.encoded_cache_dir(cfg, data_key, tokenizer, cfg.max_length)
@@ -289,7 +290,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         provenance.record_session(
             run_dir,
             provenance.session(
-                device, prepared.sources, run_dir / "spm.model", resumed=last is not None, processes=procs.world
+                device, prepared.sources, run_dir / TOKENIZER_FILE, resumed=last is not None, processes=procs.world
             ),
         )
     ddp_model = procs.wrap(model)
@@ -489,9 +490,9 @@ def _prepare_on_every_rank(config: Config, run_dir: Path, procs: Group, log) -> 
         prepared = prepare_data(config, run_dir, log)
     procs.barrier()
     if not procs.is_main:
-        if not (run_dir / "spm.model").is_file():
+        if not (run_dir / TOKENIZER_FILE).is_file():
             raise MhatrainError(
-                f"rank {procs.rank} cannot see {run_dir / 'spm.model'}, written by rank 0: the run "
+                f"rank {procs.rank} cannot see {run_dir / TOKENIZER_FILE}, written by rank 0: the run "
                 f"directory must be on storage that every machine shares"
             )
         prepared = prepare_data(config, run_dir, lambda message: print(f"rank {procs.rank}: {message}", flush=True))

@@ -423,3 +423,10 @@ def call_main(monkeypatch, capsys, *args) -> str:
 def test_bad_options_give_one_clear_line(tiny_run, tmp_path, monkeypatch, capsys, args, fragment):
     args = [a.format(run=tiny_run, tmp=tmp_path) for a in args]
     assert fragment in call_main(monkeypatch, capsys, *args)
+
+
+def test_the_gradient_importance_note_in_the_heads_file_says_per_sentence():
+    """The note written into heads JSON describes the method that ran: per-sentence |∂L_s/∂gate|."""
+    from mhatrain.heads import NOTES
+
+    assert "sentence" in NOTES["gradient"] and "of the batch" not in NOTES["gradient"]
