@@ -76,7 +76,7 @@ def train(
         False,
         "--tensorboard",
         help="Also write TensorBoard scalars to RUN_DIR/tensorboard "
-        "(as --set train.tensorboard=true; needs pip install 'mhatrain[tensorboard]').",
+        "(as --set train.tensorboard=true; needs pip install 'mhatrain\\[tensorboard]').",
     ),
 ):
     """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""

@@ -95,11 +95,15 @@ def test_python_dash_m_and_help():
         assert command in result.stdout
 
 
-def test_help_prints_square_brackets_as_written():
-    """Rich markup took the extra `[slurm]` for a style and printed "pip install 'mhatrain'"."""
-    result = run_cli("ablate", "--help", env={"COLUMNS": "300"})
+@pytest.mark.parametrize(
+    "command, text",
+    [("ablate", "Needs pip install 'mhatrain[slurm]'."), ("train", "needs pip install 'mhatrain[tensorboard]'")],
+)
+def test_help_prints_square_brackets_as_written(command, text):
+    """Rich markup took an extra such as `[slurm]` for a style and printed "pip install 'mhatrain'"."""
+    result = run_cli(command, "--help", env={"COLUMNS": "300"})
     assert result.returncode == 0, result.stderr
-    assert "Needs pip install 'mhatrain[slurm]'." in result.stdout
+    assert text in result.stdout
 
 
 @pytest.mark.parametrize(
