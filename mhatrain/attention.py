@@ -113,10 +113,14 @@ def compute_dtype(weight: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
 
 
-def fused_kernel_pays(q: torch.Tensor) -> bool:
-    """Whether F.scaled_dot_product_attention beats the explicit path here: in fp32 and on GPUs; not in
-    bf16 on the CPU, where its kernel is slower (docs/performance.md, "Design measurements")."""
-    return q.device.type != "cpu" or q.dtype == torch.float32
+def fused_kernel_pays(q: torch.Tensor, decoding: bool = False) -> bool:
+    """Whether F.scaled_dot_product_attention beats the explicit path here: on GPUs; on the CPU in fp32,
+    except for a decoding step (a cache in use: one query per row, or a beam's few folded onto one
+    sentence), which the CPU kernel serves slower than the explicit product; not in bf16 on the CPU,
+    where its kernel is slower (docs/performance.md, "Design measurements")."""
+    if q.device.type != "cpu":
+        return True
+    return q.dtype == torch.float32 and not decoding
 
 
 def fused_attention(q, k, v, mask: Mask | None, dropout_p: float = 0.0) -> torch.Tensor:
@@ -244,7 +248,7 @@ class MultiHeadAttention(nn.Module):
                 v = split_heads(self.w_v(key_value), self.n_heads)
         if cache is not None and not cached:
             if cache.static:
-                cache.k, cache.v = k, v
+                cache.k, cache.v = k.contiguous(), v.contiguous()  # read every step: a dense layout is faster
             else:
                 k, v = cache.append(k, v)  # [B, H, Tk_past + Tk_new, Dh]
         group = cache.group if cache is not None else 1
@@ -253,7 +257,7 @@ class MultiHeadAttention(nn.Module):
         # 3. Scaled dot-product attention, every head at once: head_outputs [B, H, Tq, Dh].
         dropout_p = self.dropout if self.training else 0.0
         mask = as_mask(mask)
-        if need_weights or not fused_kernel_pays(q):
+        if need_weights or not fused_kernel_pays(q, decoding=cache is not None):
             head_outputs, probs = explicit_attention(q, k, v, mask, dropout_p, self.training)
         else:
             head_outputs, probs = fused_attention(q, k, v, mask, dropout_p), None

@@ -24,6 +24,7 @@ from .model import DecoderCache, HeadGates, Transformer
 from .runtime import autocast
 from .tokens import BOS, EOS, PAD, right_padded
 
+GREEDY_COMPACT = 0.25  # greedy search drops finished rows once they are this share of the batch
 BEAM_BATCH_SHRINK = 4  # decode.batch_tokens is sized for beams up to 4 rows per sentence
 
 
@@ -84,7 +85,8 @@ def _next_logits(
             memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
         logits = model.decode(tokens, memory, src_mask, gates=gates)
     logits = logits[:, -1].float()
-    log_normaliser = logits.logsumexp(dim=1, keepdim=True) if normalise else None
+    # logsumexp through log_softmax: one fused pass over [N, V] instead of logsumexp's several
+    log_normaliser = logits[:, :1] - logits.log_softmax(dim=1)[:, :1] if normalise else None
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
     eos = logits[:, EOS].clone()
@@ -106,8 +108,9 @@ def greedy_search(
 ) -> list[list[int]]:
     """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates).
 
-    Finished rows go on emitting PAD, which the output drops, so running past the step where every
-    row has finished changes nothing.
+    Finished rows emit PAD, which the output drops, until enough of them have finished to be worth
+    leaving the batch (GREEDY_COMPACT of the rows still decoding): then the cache keeps the others
+    only. A row's tokens do not depend on the other rows, so neither changes any translation.
     """
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
@@ -115,16 +118,28 @@ def greedy_search(
     cache = model.new_cache(*model.encode(src, gates=gates))
     out = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the tokens
     out[:, 0] = BOS
+    row = torch.arange(B, device=device)  # original index of each row still decoding
+    tokens = out
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     every = _reads_every(device)
     for step in range(1, steps + 1):
-        logits, _ = _next_logits(model, out[:, :step], cache, use_cache, gates, limits < step, normalise=False)
+        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, gates, limits < step, normalise=False)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
-        out[:, step] = next_token
+        tokens[:, step] = next_token
         finished |= next_token == EOS
-        if step % every == 0 and bool(finished.all()):
-            break
-    return [_strip(row) for row in out[:, 1:].tolist()]
+        if step % every == 0:
+            n_done = int(finished.sum())
+            if n_done == finished.numel():
+                break
+            if n_done >= GREEDY_COMPACT * finished.numel():
+                if tokens is not out:
+                    out[row] = tokens
+                active = (~finished).nonzero(as_tuple=True)[0]
+                row, tokens, limits, finished = row[active], tokens[active], limits[active], finished[active]
+                cache.reorder(active)
+    if tokens is not out:
+        out[row] = tokens
+    return [_strip(r) for r in out[:, 1:].tolist()]
 
 
 def _strip(ids: list[int]) -> list[int]:

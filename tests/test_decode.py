@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from mhatrain import decode
 from mhatrain.config import DecodeConfig, ModelConfig
 from mhatrain.data import BOS, EOS, PAD
 from mhatrain.decode import (
@@ -18,7 +19,7 @@ from mhatrain.decode import (
     length_penalty,
     scored_beam_search,
 )
-from mhatrain.model import build_model
+from mhatrain.model import DecoderCache, build_model
 
 VOCAB = 30
 ALPHA = 0.6
@@ -147,6 +148,28 @@ def test_batched_greedy_equals_reference_greedy_one_sentence_at_a_time(seed):
     batched = greedy_search(model, src, FIXED_LIMIT)
     for row, hyp in enumerate(batched):
         assert hyp == reference_greedy(model, alone(src, row), FIXED_LIMIT.max_len_b), row
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_rows_leaving_the_batch_change_no_translation(seed, use_cache, monkeypatch):
+    """Finished rows leave the batch (the cache keeps the others): the same translations as rows
+    that stay to the end, and the batch does shrink."""
+    model, src = random_model(seed), random_sources(seed)
+    cfg = DecodeConfig(max_len_a=1.5, max_len_b=5)
+    monkeypatch.setattr(decode, "GREEDY_COMPACT", 2.0)  # never: every row stays to the end
+    stayed = greedy_search(model, src, cfg, use_cache=use_cache)
+    rows_kept = []
+    reorder = DecoderCache.reorder
+
+    def spy(self, rows, sentences=None):
+        rows_kept.append(rows.numel())
+        return reorder(self, rows, sentences)
+
+    monkeypatch.setattr(DecoderCache, "reorder", spy)
+    monkeypatch.setattr(decode, "GREEDY_COMPACT", 1e-9)  # as soon as one row has finished
+    assert greedy_search(model, src, cfg, use_cache=use_cache) == stayed
+    assert rows_kept and min(rows_kept) < src.size(0)
 
 
 # ----------------------------------------------------------------------------- beam search
