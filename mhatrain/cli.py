@@ -389,7 +389,7 @@ def bench(
     against: Path | None = typer.Option(
         None,
         "--against",
-        help="train: time another checkout's step (its root folder) against ours, instead of the usual peers.",
+        help="train, decode: time another checkout's step or search (its root folder) against ours, instead of the usual peers.",
     ),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the results as JSON."),
     markdown_path: Path | None = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),

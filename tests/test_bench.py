@@ -315,11 +315,42 @@ def test_against_notices_a_checkout_that_computes_another_loss(tmp_path):
     assert not check.passed
 
 
+def copy_of_this_checkout(where: Path) -> Path:
+    import shutil
+
+    shutil.copytree(ROOT / "mhatrain", where / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    return where
+
+
+def test_decode_against_times_another_checkouts_search_and_checks_its_translations(tmp_path):
+    """The other checkout's model code and search, with our weights, are the only peer; same translations."""
+    options = BenchOptions(precisions=("fp32",), against=copy_of_this_checkout(tmp_path), **QUIET)
+    (result,) = run_benches(["decode"], options)
+    peer = f"against {tmp_path.name}"
+    assert_consistent(result.to_dict(), {OURS, peer}, "sentences/s")
+    checks = [c for c in result.checks if "gives our translations" in c.name]
+    assert len(checks) == 2 and all(c.passed for c in checks)  # greedy and beam 4
+    assert not result.targets  # an A/B of two versions has no target
+
+
+def test_decode_against_notices_a_checkout_that_translates_differently(tmp_path):
+    decode = copy_of_this_checkout(tmp_path) / "mhatrain" / "decode.py"
+    text = decode.read_text()
+    assert "next_token = logits.argmax(-1)" in text
+    decode.write_text(text.replace("next_token = logits.argmax(-1)", "next_token = logits.topk(2).indices[:, 1]"))
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, beams=(1,), **QUIET)
+    (result,) = run_benches(["decode"], options)
+    (check,) = [c for c in result.checks if "gives our translations" in c.name]
+    assert not check.passed
+
+
 @pytest.mark.parametrize(
     "names, path, fragment",
     [
         (["train"], "no-such-dir", "not a checkout of mhatrain"),
-        (["decode"], ".", "--against applies to `mhatrain bench train` only"),
+        (["decode"], "no-such-dir", "not a checkout of mhatrain"),
+        (["attention"], ".", "--against applies to one bench, `mhatrain bench train` or `mhatrain bench decode`"),
+        (["train", "decode"], ".", "--against applies to one bench"),
     ],
 )
 def test_bad_against_fails_before_measuring(names, path, fragment):

@@ -13,6 +13,10 @@ translates with the trained run's weights and decode settings, and generate() is
 longest translation ours produced in each batch (min_new_tokens, a per-step logits processor).
 Checked before timing (fp32, first batch): cached and uncached search give identical output;
 the peers generate the same number of tokens per sentence.
+
+With `--against CHECKOUT` the peers are ours and that checkout's search with its own model code
+loaded with our weights (an A/B of two versions of this code, see bench/against.py), checked to
+give the same translations on every batch.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..config import Config, DecodeConfig, ModelConfig
 from ..decode import batch_source_tokens, beam_search
 from ..model import build_model
 from ..runtime import autocast
+from . import against as other
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
 from .memory import Workload
@@ -60,6 +65,13 @@ def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
     return model
 
 
+def their_search(source: ModelSource, device, seed: int, against: str):
+    """The other checkout's model, loaded with our model's weights, and its beam_search."""
+    model = other.import_checkout(against, "model").build_model(source.model_cfg, source.vocab_size)
+    model.load_state_dict(our_model(source, device, seed).state_dict())
+    return model.to(device).eval(), other.import_checkout(against, "decode").beam_search
+
+
 def _never_end(output: torch.nn.Linear) -> None:
     """Zero EOS's output row (random weights): every sentence runs to the length limit."""
     with torch.no_grad():
@@ -79,8 +91,11 @@ def decode_step(
     device,
     seed: int,
     compile: bool = False,
+    against: str | None = None,
 ) -> Step:
-    """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids)."""
+    """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids).
+
+    against: a checkout whose model code and search the peer that is not ours uses."""
     device = torch.device(device)
     batches = [src.to(device) for src in batches]
     if peer == "HF generate":
@@ -110,15 +125,18 @@ def decode_step(
 
         return step
 
-    model = our_model(source, device, seed)
+    if against is not None and peer != OURS:
+        model, search = their_search(source, device, seed, against)
+    else:
+        model, search = our_model(source, device, seed), beam_search
     if compile:
         model.encode = torch.compile(model.encode, dynamic=True)
         model.decode = torch.compile(model.decode, dynamic=True)
-    use_cache = peer == OURS
+    use_cache = peer != "ours, no cache"
 
     def step():
         with autocast(device, precision):
-            return [beam_search(model, src, decode_cfg, beam, use_cache=use_cache) for src in batches]
+            return [search(model, src, decode_cfg, beam, use_cache=use_cache) for src in batches]
 
     return step
 
@@ -131,7 +149,10 @@ def generated_tokens(peer: str, output) -> list[int]:
 
 
 def run(options: BenchOptions, log) -> BenchResult:
-    require_transformers("bench decode (its HF generate peer)")
+    against = str(options.against) if options.against is not None else None
+    if against is None:
+        require_transformers("bench decode (its HF generate peer)")
+    peers = (OURS, other.label(options.against)) if against is not None else PEERS
     config, source, sources, where = _inputs(options, log)
     device = options.device
     precisions = options.precisions or (config.train.precision,)
@@ -152,6 +173,8 @@ def run(options: BenchOptions, log) -> BenchResult:
             "beams": list(options.beams),
             "generated_tokens": f"{length} + EOS per sentence"
             if random_weights
+            else "each search's own"
+            if against is not None
             else "ours' own; generate() forced to match",
             "precisions": list(precisions),
             "repeats": repeats,
@@ -161,12 +184,20 @@ def run(options: BenchOptions, log) -> BenchResult:
         },
         extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
     )
+    if against is not None:
+        result.settings["against"] = against
     for beam in options.beams:
         # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
         order = data.batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
         batches = [pad_sources([sources[i] for i in indices]) for indices in order]
-        forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
-        check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)
+        if against is not None:
+            forced = [length] * len(batches)  # no generate() peer to force
+            check, per_sentence = _check_against(
+                source, batches, beam, decode_cfg, device, options.seed, against, peers[1]
+            )
+        else:
+            forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
+            check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)
         result.checks += check
         for precision in precisions:
             case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
@@ -179,6 +210,8 @@ def run(options: BenchOptions, log) -> BenchResult:
                 device=str(device),
                 seed=options.seed,
             )
+            if against is not None:
+                common["against"] = against
             workloads = {
                 peer: Workload(
                     __name__,
@@ -186,7 +219,7 @@ def run(options: BenchOptions, log) -> BenchResult:
                     dict(peer=peer, batches=batches, forced=forced, **common),
                     imports=("transformers",) if peer == "HF generate" else (),
                 )
-                for peer in PEERS
+                for peer in peers
             }
             largest = max(range(len(batches)), key=lambda b: batches[b].numel())
             one_batch = {
@@ -197,16 +230,16 @@ def run(options: BenchOptions, log) -> BenchResult:
             }
             measured = measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
             result.notes += [f"{case} {problem}" for problem in measured.problems]
-            metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in PEERS}
+            metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in peers}
             result.add_case(
                 case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics
             )
-            if beam == 4:
+            if beam == 4 and against is None:
                 result.targets += [
                     Target(case, "ours, no cache", "ratio", 3.0, "ours ≥ 3×"),
                     Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×"),
                 ]
-            elif beam == 1:  # issue 14
+            elif beam == 1 and against is None:  # issue 14
                 result.targets.append(Target(case, "HF generate", "ratio", 1.3, "ours ≥ 1.3×"))
     result.notes.append("peak memory: decoding the batch with the most source cells; tokens/sent. from the first batch")
     result.judge()
@@ -238,6 +271,31 @@ def _forced_lengths(source: ModelSource, batches, beam, decode_cfg, length, devi
         return [length] * len(batches)
     outputs = decode_step(OURS, source, batches, [0] * len(batches), beam, decode_cfg, "fp32", device, seed)()
     return [max(len(hyp) for hyp in hyps) for hyps in outputs]
+
+
+def _check_against(
+    source: ModelSource, batches, beam, decode_cfg, device, seed, against: str, name: str
+) -> tuple[list[Check], dict[str, float]]:
+    """In fp32, on every batch: the other checkout's search gives our translations."""
+    outputs = {
+        peer: [
+            hyp
+            for hyps in decode_step(
+                peer, source, batches, [0] * len(batches), beam, decode_cfg, "fp32", device, seed, against=against
+            )()
+            for hyp in hyps
+        ]
+        for peer in (OURS, name)
+    }
+    ours, theirs = outputs[OURS], outputs[name]
+    label = "greedy" if beam == 1 else f"beam {beam}"
+    check = Check(
+        f"{label}: {name} with our weights gives our translations (fp32, every batch)",
+        ours == theirs,
+        f"{sum(a == b for a, b in zip(ours, theirs))}/{len(ours)} identical",
+    )
+    per_sentence = {peer: sum(len(h) + 1 for h in out) / len(out) for peer, out in outputs.items()}
+    return [check], per_sentence
 
 
 def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tuple[list[Check], dict[str, float]]:

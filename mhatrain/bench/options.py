@@ -45,7 +45,7 @@ class BenchOptions:
     checkpoint: Path | None = None  # decode: a run directory for ours
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
-    against: Path | None = None  # train: another checkout whose step is the only peer (an A/B)
+    against: Path | None = None  # train, decode: another checkout whose step or search is the only peer (an A/B)
     seed: int = 1
 
     def load_config(self):
@@ -88,15 +88,15 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
         if not is_run_dir(Path(options.checkpoint)):
             raise MhatrainError(f"--checkpoint {options.checkpoint}: not a run directory (no config.yaml)")
     if options.against is not None:
-        if names != ["train"]:
-            raise MhatrainError("--against applies to `mhatrain bench train` only")
+        if names not in (["train"], ["decode"]):
+            raise MhatrainError("--against applies to one bench, `mhatrain bench train` or `mhatrain bench decode`")
         from .against import check_checkout
 
         check_checkout(options.against)
     config = options.load_config()
     if "attention" in names:
         check_heads(options.heads, QUICK_D_MODEL if options.quick else config.model.d_model)
-    needs_transformers = [n for n in names if n == "decode" or (n == "train" and options.against is None)]
+    needs_transformers = [n for n in names if n in ("decode", "train") and options.against is None]
     if needs_transformers:
         from .peers import require_transformers
 
