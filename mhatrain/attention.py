@@ -17,6 +17,7 @@ model builds each mask once per forward pass and all its layers share it.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -188,7 +189,8 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(linear.weight)
             if bias:
                 nn.init.zeros_(linear.bias)
-        self._qkv_kept: tuple | None = None  # (key, stacked weight, stacked bias) for decoding: see _stacked_qkv
+        self._qkv_kept: tuple | None = None  # the stacked weights while a search keeps them: see keeping_stacked_qkv
+        self._keep_qkv = False
 
     def _project_qkv(self, x):
         """Self-attention: Q, K and V of x in one matmul (W_Q, W_K, W_V stacked)."""
@@ -197,24 +199,20 @@ class MultiHeadAttention(nn.Module):
     def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[W_Q; W_K; W_V] ([3D, D]) and the stacked biases ([3D] or None).
 
-        With gradients the stack is made on each call, so that they flow to the three Linear layers.
-        Without (decoding calls this once per layer and step) it is kept, in autocast's dtype when
-        autocast is on, until a weight changes: the key holds each tensor's storage and version
-        counter, which every in-place update (optimiser step, load_state_dict) advances.
+        Made on each call (so that gradients flow to the three Linear layers), except inside
+        keeping_stacked_qkv without gradients: a search calls this once per layer and step, so there
+        the stack is made once, in autocast's dtype when autocast is on, and dropped when the search ends.
         """
         linears = (self.w_q, self.w_k, self.w_v)
-        has_bias = self.w_q.bias is not None
-        if torch.is_grad_enabled():
-            weight = torch.cat([m.weight for m in linears])
-            return weight, torch.cat([m.bias for m in linears]) if has_bias else None
-        dtype = compute_dtype(self.w_q.weight)
-        tensors = [m.weight for m in linears] + ([m.bias for m in linears] if has_bias else [])
-        key = (dtype, *((t.data_ptr(), t._version) for t in tensors))
-        if self._qkv_kept is None or self._qkv_kept[0] != key:
-            weight = torch.cat([m.weight for m in linears]).to(dtype)
-            bias = torch.cat([m.bias for m in linears]).to(dtype) if has_bias else None
-            self._qkv_kept = (key, weight, bias)
-        return self._qkv_kept[1], self._qkv_kept[2]
+        if self._keep_qkv and not torch.is_grad_enabled():
+            if self._qkv_kept is None:
+                dtype = compute_dtype(self.w_q.weight)
+                weight = torch.cat([m.weight for m in linears]).to(dtype)
+                bias = torch.cat([m.bias for m in linears]).to(dtype) if self.w_q.bias is not None else None
+                self._qkv_kept = (weight, bias)
+            return self._qkv_kept
+        weight = torch.cat([m.weight for m in linears])
+        return weight, torch.cat([m.bias for m in linears]) if self.w_q.bias is not None else None
 
     def forward(
         self,
@@ -270,3 +268,24 @@ class MultiHeadAttention(nn.Module):
                 -1 if head_gate.dim() == 2 else 1, head_outputs.size(1), 1, 1
             )
         return self.w_o(merge_heads(head_outputs)), probs  # [B, Tq, D]
+
+
+@contextmanager
+def keeping_stacked_qkv(model: nn.Module):
+    """Within: every attention module of `model` stacks [W_Q; W_K; W_V] once, at its first call without
+    gradients, and reuses the stack; on leaving, the stacks are dropped. For one search, during which
+    the weights cannot change. A stack kept across calls would need to notice weight updates, and
+    fused optimisers (Adam with fused=True) update parameters without advancing their version
+    counters: validation in training then decoded with the stack of its first call.
+    """
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    outer = [m._keep_qkv for m in modules]  # a search called inside another keeps the outer one's stacks
+    for m in modules:
+        m._keep_qkv = True
+    try:
+        yield
+    finally:
+        for m, kept in zip(modules, outer):
+            m._keep_qkv = kept
+            if not kept:
+                m._qkv_kept = None

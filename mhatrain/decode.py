@@ -16,8 +16,11 @@ sentences per step on the CPU, every few steps elsewhere): finished hypotheses a
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from .attention import keeping_stacked_qkv
 from .config import DecodeConfig
 from .data import Tokenizer, batch_indices
 from .model import DecoderCache, HeadGates, Transformer
@@ -102,7 +105,19 @@ def _reads_every(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 4
 
 
+def _one_stack_per_search(search):
+    """The search decodes with each attention module's [W_Q; W_K; W_V] stacked once (keeping_stacked_qkv)."""
+
+    @functools.wraps(search)
+    def run(model: Transformer, *args, **kwargs):
+        with keeping_stacked_qkv(model):
+            return search(model, *args, **kwargs)
+
+    return run
+
+
 @torch.no_grad()
+@_one_stack_per_search
 def greedy_search(
     model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True, gates: HeadGates | None = None
 ) -> list[list[int]]:
@@ -166,6 +181,7 @@ def beam_search(
 
 
 @torch.no_grad()
+@_one_stack_per_search
 def scored_beam_search(
     model: Transformer,
     src: torch.Tensor,

@@ -505,3 +505,20 @@ def test_loss_blocks_are_sized_from_the_vocabulary_and_the_device_budget():
             L.BLOCK_BYTES["cpu"] = saved
     for a, b in zip(*results):
         torch.testing.assert_close(a, b)
+
+
+def test_validation_during_training_scores_the_weights_it_saved(tiny_run, tmp_path):
+    """Each validation must see the weights of its update. The fused Adam step updates parameters
+    without advancing their version counters, so anything that keeps derived weights between
+    validations (once: the stacked W_Q, W_K, W_V) would score an old model from the second
+    validation on. The last validation (end of the last epoch) must equal a fresh scoring of last.pt."""
+    from mhatrain.runner import load_run
+    from mhatrain.train import prepare_data, run_validation
+
+    records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    last_valid = [r for r in records if r["kind"] == "valid"][-1]
+    run = load_run(tiny_run, "last", overrides=[f"data.local_dir={ROOT / 'tests/data/toy'}"], strict=True)
+    assert run.step == last_valid["step"]
+    fresh = run_validation(run.model, prepare_data(run.config, tmp_path, log=lambda *_: None), run.config, run.device)
+    assert fresh["valid_loss"] == pytest.approx(last_valid["valid_loss"], rel=1e-5)
+    assert fresh["valid_bleu"] == last_valid["valid_bleu"]
