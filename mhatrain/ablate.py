@@ -117,11 +117,13 @@ def run_study(
     overwrite: bool,
     console: Console,
     cluster: JobOptions | None = None,
+    allow_code_change: bool = False,
 ) -> dict | None:
     """`mhatrain ablate`: check, record, run every unfinished grid point, then report.
 
     heads, seeds: the grid (checked here: each h must divide model.d_model);
-    cluster: to run each point as a submitit job (SLURM, or local subprocesses)."""
+    cluster: to run each point as a submitit job (SLURM, or local subprocesses);
+    allow_code_change: continue a study whose points another code version started (see open_study)."""
     if cluster is not None:
         check_options(cluster, jobs, devices_text)
     if jobs < 1:
@@ -140,7 +142,9 @@ def run_study(
     heads, seeds, points = plan_study(config, str(config_path), heads, seeds, extras)
     study_dir = Path(out) if out is not None else Path("studies") / Path(config_path).stem
     with study_lock(study_dir):
-        study = open_study(study_dir, config, Path(config_path), overrides, heads, seeds, points, overwrite, console)
+        study = open_study(
+            study_dir, config, Path(config_path), overrides, heads, seeds, points, overwrite, console, allow_code_change
+        )
         record_session(study_dir, session(dry_run=dry_run))
         if dry_run:
             _print_commands(study, extras, console)

@@ -217,6 +217,9 @@ def ablate(
         False, "--dry-run", help="Record the study, print each point's command, train nothing."
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
+    allow_code_change: bool = typer.Option(
+        False, "--allow-code-change", help="Continue a study whose runs another commit started (mixes code versions)."
+    ),
     executor: Literal["slurm", "local"] | None = typer.Option(
         None,
         "--executor",
@@ -240,7 +243,20 @@ def ablate(
         raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
     head_counts = int_list(heads, "--heads", "head counts")
     seed_list = int_list(seeds, "--seeds", "seeds")
-    run_study(config, head_counts, seed_list, out, set_ or [], jobs, devices, dry_run, overwrite, console, cluster)
+    run_study(
+        config,
+        head_counts,
+        seed_list,
+        out,
+        set_ or [],
+        jobs,
+        devices,
+        dry_run,
+        overwrite,
+        console,
+        cluster,
+        allow_code_change,
+    )
 
 
 @app.command()

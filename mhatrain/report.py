@@ -35,6 +35,7 @@ from .study import (
     EVAL_SPLITS,
     STUDY_FILE,
     Point,
+    code_name,
     point_dirs,
     read_base_config,
     read_record,
@@ -333,10 +334,7 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
     code = grid.get("code") or []
     if len(code) > 1:
-        notes.append(
-            f"{len(code)} code versions ran this study (study.yaml): "
-            + ", ".join(f"{c.get('commit') or c.get('version')}{' (dirty)' if c.get('dirty') else ''}" for c in code)
-        )
+        notes.append(f"{len(code)} code versions ran this study (study.yaml): " + ", ".join(code_name(c) for c in code))
     signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
     compared = provenance.compare(
         {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}

@@ -230,8 +230,10 @@ def open_study(
     points: list[Point],
     overwrite: bool,
     console: Console,
+    allow_code_change: bool = False,
 ) -> Study:
-    """Create the study directory, or check that an existing one was made with the same config."""
+    """Create the study directory, or check that an existing one was made with the same config and, once
+    its points have started, by the same code (unless allow_code_change)."""
     study_file = study_dir / STUDY_FILE
     recorded = read_yaml(study_file)
     if recorded is None and study_file.exists():
@@ -253,9 +255,13 @@ def open_study(
         if differs:
             _discard_study(study_dir, console)
             recorded = None
+    ran: list = []  # the code versions that trained or evaluated points
     if recorded is not None:  # a study can grow: new head counts or seeds join the recorded grid
         heads = sorted(set(recorded.get("heads", [])) | set(heads))
         seeds = list(dict.fromkeys([*recorded.get("seeds", []), *seeds]))
+        if _started_points(study_dir):
+            ran = list(recorded.get("code") or [])
+            _check_same_code(study_dir, ran, allow_code_change)
     record = {
         "heads": heads,
         "seeds": seeds,
@@ -264,7 +270,7 @@ def open_study(
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
         # Every code version that has run this study: one entry if a single commit ran every point.
-        "code": _append_new(list((recorded or {}).get("code") or []), code_version()),
+        "code": _append_new(ran, code_version()),
     }
     _write_if_changed(study_file, yaml.safe_dump(record, sort_keys=False))
     _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -273,6 +279,27 @@ def open_study(
         if not (study.run_dir(point) / CONFIG_FILE).is_file():
             dump_config(point_config(config, point), study.run_dir(point) / CONFIG_FILE)
     return study
+
+
+def _started_points(study_dir: Path) -> list[str]:
+    return [path.name for _, path in point_dirs(study_dir) if has_started(path)]
+
+
+def code_name(code: dict) -> str:
+    """A code version as the report and errors name it: the commit, else the version; (dirty) if changed."""
+    return f"{code.get('commit') or code.get('version')}{' (dirty)' if code.get('dirty') else ''}"
+
+
+def _check_same_code(study_dir: Path, ran: list[dict], allow_code_change: bool) -> None:
+    """Every point of a study must be trained and evaluated by one code version: a later commit may
+    compute the update or the validation differently, and the points would not be comparable."""
+    now = code_version()
+    if ran and now not in ran and not allow_code_change:
+        raise MhatrainError(
+            f"{study_dir}: its runs were made by {', '.join(code_name(c) for c in ran)} and this is "
+            f"{code_name(now)}; a study's points must all come from one code version: run it with that code "
+            f"(a checkout of it first on sys.path), use another --out, or pass --allow-code-change to mix them"
+        )
 
 
 def _append_new(items: list, item) -> list:

@@ -33,6 +33,7 @@ from mhatrain.study import (
     Study,
     check_heads,
     check_seeds,
+    code_name,
     expand_grid,
     parse_point_name,
     point_seconds,
@@ -73,10 +74,18 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def dry_run(
-    out: Path, spm_cache, *extra_sets: str, heads: str = HEADS, seeds: str = "1", jobs: int = 1, overwrite: bool = False
+    out: Path,
+    spm_cache,
+    *extra_sets: str,
+    heads: str = HEADS,
+    seeds: str = "1",
+    jobs: int = 1,
+    overwrite: bool = False,
+    allow_code_change: bool = False,
 ) -> None:
     grid = int_list(heads, "--heads", "head counts"), int_list(seeds, "--seeds", "seeds")
-    run_study(TINY, *grid, out, [*study_sets(spm_cache), *extra_sets], jobs, None, True, overwrite, Silent())
+    sets = [*study_sets(spm_cache), *extra_sets]
+    run_study(TINY, *grid, out, sets, jobs, None, True, overwrite, Silent(), allow_code_change=allow_code_change)
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
@@ -217,6 +226,30 @@ def test_a_study_refuses_another_config_unless_asked_to_overwrite(tmp_path, spm_
     assert not (out / "h01-seed1" / "last.pt").exists()
     assert yaml.safe_load((out / "base-config.yaml").read_text())["model"]["d_ff"] == 256
     assert yaml.safe_load((out / "study.yaml").read_text())["heads"] == [1, 8]
+
+
+def test_a_study_started_by_another_commit_is_refused_unless_allowed(tmp_path, spm_cache):
+    """A later commit may compute the update or the validation differently (once: a stale weight stack
+    in validation), so every point of a study must come from one code version."""
+    out = tmp_path / "study"
+    dry_run(out, spm_cache)
+    study = yaml.safe_load((out / "study.yaml").read_text())
+    (now,) = study["code"]
+    other = {**now, "commit": "0" * 40}
+    (out / "study.yaml").write_text(yaml.safe_dump({**study, "code": [other]}, sort_keys=False))
+    dry_run(out, spm_cache)  # no point has started: nothing was made by the other commit
+    assert yaml.safe_load((out / "study.yaml").read_text())["code"] == [now]
+
+    (out / "study.yaml").write_text(yaml.safe_dump({**study, "code": [other]}, sort_keys=False))
+    (out / "h08-seed1" / "last.pt").write_bytes(b"a run of the other commit")
+    expected = f"its runs were made by {code_name(other)} and this is {code_name(now)}; "
+    with pytest.raises(MhatrainError, match=re.escape(expected) + ".*--allow-code-change"):
+        dry_run(out, spm_cache)
+    assert yaml.safe_load((out / "study.yaml").read_text())["code"] == [other]  # the refusal changed nothing
+    dry_run(out, spm_cache, allow_code_change=True)
+    assert yaml.safe_load((out / "study.yaml").read_text())["code"] == [other, now]
+    dry_run(out, spm_cache)  # both are recorded now: the study goes on
+    assert "2 code versions ran this study" in " ".join(build_report(out)["notes"])
 
 
 def test_a_directory_that_is_not_a_study_is_not_used(tmp_path, spm_cache):
