@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mhatrain import decode
-from mhatrain.config import DecodeConfig, ModelConfig
+from mhatrain.config import DecodeConfig
 from mhatrain.data import BOS, EOS, PAD
 from mhatrain.decode import (
     beam_search,
@@ -19,7 +19,9 @@ from mhatrain.decode import (
     length_penalty,
     scored_beam_search,
 )
-from mhatrain.model import DecoderCache, build_model
+from mhatrain.model import DecoderCache
+
+from .conftest import small_model
 
 VOCAB = 30
 ALPHA = 0.6
@@ -36,19 +38,7 @@ def random_model(
     `eos_after_some_tokens`, EOS's output embedding points along every third token's input
     embedding: EOS becomes likely after those tokens, and hypotheses end at different lengths.
     """
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        d_model=32,
-        n_heads=2,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        norm=norm,
-        tie_embeddings=tie,
-        max_positions=64,
-    )
-    model = build_model(cfg, vocab).eval()
+    model = small_model(vocab, norm, tie, seed, n_heads=2)
     if eos_after_some_tokens:
         with torch.no_grad():
             final = model.embed.weight[4::3].clone()

@@ -9,29 +9,17 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from mhatrain.config import ModelConfig
 from mhatrain.data import BOS, PAD
-from mhatrain.model import Attention, HeadGates, build_model, count_parameters, sinusoidal_positions
+from mhatrain.model import Attention, HeadGates, count_parameters, sinusoidal_positions
+
+from . import conftest
 
 VOCAB = 30
 TOL = dict(atol=1e-5, rtol=1e-4)
 
 
 def small_model(norm: str = "post", tie: bool = True, seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        norm=norm,
-        tie_embeddings=tie,
-        max_positions=64,
-        **overrides,
-    )
-    return build_model(cfg, VOCAB).eval()
+    return conftest.small_model(VOCAB, norm, tie, seed, **overrides)
 
 
 def tokens(*shape, seed=1) -> torch.Tensor:
