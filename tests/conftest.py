@@ -35,6 +35,16 @@ def run_cli(
     )
 
 
+def assert_clean_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Bad input's contract: exit 2, one line on stderr starting "error: " and holding each fragment, no traceback."""
+    assert result.returncode == 2, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+
+
 @pytest.fixture(scope="session")
 def spm_cache(tmp_path_factory) -> Path:
     """A tokenizer cache shared by the tests' runs (keeps ~/.cache untouched)."""

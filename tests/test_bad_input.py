@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import ROOT, TINY, TOY, library_translations, run_cli
+from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
 
 # ----------------------------------------------------------------------------- a forking CLI runner
 
@@ -623,15 +623,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def assert_clean_error(result: subprocess.CompletedProcess, fragments: list[str]) -> None:
-    assert result.returncode == 2, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-
-
 def test_the_catalogue_has_at_least_30_kinds_each_in_the_troubleshooting_table():
     assert len({case.id for case in CASES}) == len(CASES) >= 30
     table = (ROOT / "docs" / "troubleshooting.md").read_text()
@@ -645,7 +636,7 @@ def test_bad_input_is_one_clean_line_and_damages_nothing(case, cli, tmp_path, ti
     before = snapshot(tmp_path)
     env = {key: value.replace("{root}", str(tmp_path)) for key, value in case.env.items()}
     result = cli(*args, stdin=case.stdin, env=env)
-    assert_clean_error(result, [f.replace("{root}", str(tmp_path)) for f in case.expect])
+    assert_clean_error(result, *(f.replace("{root}", str(tmp_path)) for f in case.expect))
     after = snapshot(tmp_path)
     assert {name: after.get(name) for name in before} == before, "an existing file was changed or removed"
     assert not (tmp_path / "PWNED").exists()

@@ -11,16 +11,7 @@ from mhatrain.cli import int_list
 from mhatrain.config import load_config
 from mhatrain.errors import MhatrainError
 
-from .conftest import TINY, library_translations, run_cli
-
-
-def assert_clean_error(result, *fragments):
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    for fragment in fragments:
-        assert fragment in lines[0]
+from .conftest import TINY, assert_clean_error, library_translations, run_cli
 
 
 def test_train_writes_a_self_contained_run_dir(tiny_run):

@@ -6,9 +6,8 @@ import json
 
 from mhatrain.cluster import jobs_record
 
-from .conftest import TINY, run_cli
+from .conftest import TINY, assert_clean_error, run_cli
 from .test_ablate import snapshot
-from .test_cli import assert_clean_error
 
 
 def test_a_study_runs_as_jobs_and_a_rerun_resubmits_only_unfinished_points(tmp_path, spm_cache):

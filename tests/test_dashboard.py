@@ -8,8 +8,7 @@ import pytest
 
 from mhatrain.dashboard import TAGS
 
-from .conftest import TINY, run_cli
-from .test_cli import assert_clean_error
+from .conftest import TINY, assert_clean_error, run_cli
 
 
 def read_board(run_dir) -> dict[str, list[tuple[int, float]]]:

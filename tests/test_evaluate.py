@@ -9,8 +9,7 @@ import shutil
 
 import pytest
 
-from .conftest import TOY, run_cli
-from .test_cli import assert_clean_error
+from .conftest import TOY, assert_clean_error, run_cli
 
 SCORES = (
     "bleu",
