@@ -193,6 +193,8 @@ def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] 
     return corpus.tgt, ""
 
 
+LEVEL = 0.05  # the verdict's significance level (Holm-adjusted p)
+
 SIGNIFICANCE_METHOD = {
     "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
     "covers test-sentence noise only; Holm–Bonferroni over the h of each seed",
@@ -202,7 +204,7 @@ SIGNIFICANCE_METHOD = {
     "seed_t_test": "paired t-test over the per-seed differences (seed s of h against seed s of h=8), two-sided, "
     "df = seeds − 1; covers the variance between seeds, not test-sentence noise",
     "correction": "Holm–Bonferroni over the comparisons against h=8 (raw and adjusted p reported)",
-    "verdict": "'better' or 'worse' only where the Holm-adjusted p of the seed-averaged bootstrap is < 0.05 and "
+    "verdict": f"'better' or 'worse' only where the Holm-adjusted p of the seed-averaged bootstrap is < {LEVEL} and "
     "the mean difference exceeds the seed spread (the larger standard deviation over seeds of the two "
     "h); otherwise 'no detectable difference' (always so with one seed: its spread is unknown)",
 }
@@ -301,7 +303,7 @@ def _verdict(level: dict, runs: list[RunRecord]) -> tuple[float | None, str]:
         return None, "no detectable difference"
     seed_spread = round(max(spreads), 4)
     difference = level["mean_difference"]
-    if level["bootstrap_p_holm"] < 0.05 and abs(difference) > seed_spread:
+    if level["bootstrap_p_holm"] < LEVEL and abs(difference) > seed_spread:
         return seed_spread, "better" if difference > 0 else "worse"
     return seed_spread, "no detectable difference"
 
