@@ -39,7 +39,8 @@ from .peers import marian_model, require_transformers
 from .report import OURS, BenchResult, Check, Target
 from .timing import Step
 
-PEERS = (OURS, "ours, no cache", "HF generate")
+UNCACHED = "ours, no cache"
+PEERS = (OURS, UNCACHED, "HF generate")
 GEN_LEN = {False: 20, True: 6}  # L, tokens before EOS with random weights: full size, --quick
 QUICK_SENTENCES = 12
 
@@ -132,7 +133,7 @@ def decode_step(
     if compile:
         model.encode = torch.compile(model.encode, dynamic=True)
         model.decode = torch.compile(model.decode, dynamic=True)
-    use_cache = peer != "ours, no cache"
+    use_cache = peer != UNCACHED
 
     def step():
         with autocast(device, precision):
@@ -236,7 +237,7 @@ def run(options: BenchOptions, log) -> BenchResult:
             )
             if beam == 4 and against is None:
                 result.targets += [
-                    Target(case, "ours, no cache", "ratio", 3.0, "ours ≥ 3×"),
+                    Target(case, UNCACHED, "ratio", 3.0, "ours ≥ 3×"),
                     Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×"),
                 ]
             elif beam == 1 and against is None:  # issue 14
@@ -306,7 +307,7 @@ def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tup
     tokens = {peer: generated_tokens(peer, out) for peer, out in outputs.items()}
     per_sentence = {peer: sum(t) / len(t) for peer, t in tokens.items()}
     label = "greedy" if beam == 1 else f"beam {beam}"
-    same = outputs[OURS] == outputs["ours, no cache"]
+    same = outputs[OURS] == outputs[UNCACHED]
     checks = [
         Check(
             f"{label}: cached and uncached search give the same translations (fp32, first batch)",
