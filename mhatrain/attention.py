@@ -203,16 +203,17 @@ class MultiHeadAttention(nn.Module):
         keeping_stacked_qkv without gradients: a search calls this once per layer and step, so there
         the stack is made once, in autocast's dtype when autocast is on, and dropped when the search ends.
         """
-        linears = (self.w_q, self.w_k, self.w_v)
-        if self._keep_qkv and not torch.is_grad_enabled():
-            if self._qkv_kept is None:
-                dtype = compute_dtype(self.w_q.weight)
-                weight = torch.cat([m.weight for m in linears]).to(dtype)
-                bias = torch.cat([m.bias for m in linears]).to(dtype) if self.w_q.bias is not None else None
-                self._qkv_kept = (weight, bias)
+        keep = self._keep_qkv and not torch.is_grad_enabled()
+        if keep and self._qkv_kept is not None:
             return self._qkv_kept
+        linears = (self.w_q, self.w_k, self.w_v)
         weight = torch.cat([m.weight for m in linears])
-        return weight, torch.cat([m.bias for m in linears]) if self.w_q.bias is not None else None
+        bias = torch.cat([m.bias for m in linears]) if self.w_q.bias is not None else None
+        if keep:
+            dtype = compute_dtype(self.w_q.weight)
+            self._qkv_kept = (weight.to(dtype), bias.to(dtype) if bias is not None else None)
+            return self._qkv_kept
+        return weight, bias
 
     def forward(
         self,
