@@ -151,12 +151,11 @@ def role_records(means: dict[str, dict[str, torch.Tensor]]) -> list[dict]:
 
 
 def role_counts(records: list[dict]) -> dict[str, dict[str, int]]:
-    """{kind and "all": {role: number of heads}}."""
+    """{kind, in the records' order, then "all": {role: number of heads}}."""
     counts: dict[str, dict[str, int]] = {}
     for record in records:
-        for group in (record["kind"], "all"):
-            into = counts.setdefault(group, dict.fromkeys(ROLES, 0))
-            into[record["role"]] += 1
+        counts.setdefault(record["kind"], dict.fromkeys(ROLES, 0))[record["role"]] += 1
+    counts["all"] = {role: sum(by_kind[role] for by_kind in counts.values()) for role in ROLES}
     return counts
 
 
@@ -226,6 +225,31 @@ def _print_roles(report: dict, console: Console) -> None:
             f"{kind}: " + " | ".join(grid) + "   (S sink, P positional, D diffuse, . other; layers left to right)",
             highlight=False,
         )
+
+
+# What the study report averages per h and attention kind: how spread a head's weight is, how much goes
+# to its strongest key, to its strongest neighbour (self-attention: max of previous/same/next), to the
+# diagonal (cross-attention) and to the sink token.
+STUDY_MEASURES = ("entropy_normalised", "confidence", "neighbour", "diagonal", "sink")
+
+
+def study_role_measures(records_by_run: dict[str, dict]) -> dict[str, dict[str, float]] | None:
+    """{kind: {measure: mean over every head of the runs of one h}} (None when no run has roles), so
+    that points of different h can be compared when the classes alone say little (e.g. all "other")."""
+    sums: dict[str, dict[str, float]] = {}
+    heads: dict[str, int] = {}
+    for report in records_by_run.values():
+        for record in report["heads"]:
+            kind = record["kind"]
+            values = {**record, "neighbour": max(record["previous"], record["same"], record["next"])}
+            into = sums.setdefault(kind, {})
+            for name in STUDY_MEASURES:
+                if name in values and not (name == "neighbour" and kind == "cross"):
+                    into[name] = into.get(name, 0.0) + values[name]
+            heads[kind] = heads.get(kind, 0) + 1
+    return {
+        kind: {name: round(total / heads[kind], 4) for name, total in by.items()} for kind, by in sums.items()
+    } or None
 
 
 def study_role_shares(records_by_run: dict[str, dict]) -> dict[str, float] | None:

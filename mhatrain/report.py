@@ -404,7 +404,7 @@ def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) 
 def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
     """Per h, from `mhatrain heads` files in the runs: the share of heads in each role
     (heads/roles-valid.json) and the share removable within 1 BLEU (heads/heads-valid.json)."""
-    from .head_roles import study_role_shares
+    from .head_roles import study_role_measures, study_role_shares
 
     roles, prunable, total = {}, 0, 0
     for run in runs:
@@ -420,6 +420,7 @@ def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
         return None
     return {
         "role_shares": study_role_shares(roles),
+        "role_measures": study_role_measures(roles),
         "runs_with_roles": sorted(roles),
         "prunable_share": round(prunable / total, 4) if total else None,
     }
@@ -811,6 +812,7 @@ def to_markdown(report: dict) -> str:
             f"Shares of all heads (every layer and attention kind) over the runs of each h. Classes and their "
             f"thresholds: {ROLE_THRESHOLDS} (see mhatrain/head_roles.py).",
             "",
+            *_role_measures_table(analysed),
         ]
     claims = report["claims"]
     ours = claims["ours"]
@@ -857,6 +859,39 @@ def to_markdown(report: dict) -> str:
 
 def _pct(value) -> str:
     return "—" if value is None else f"{value:.0%}"
+
+
+def _role_measures_table(analysed: list[dict]) -> list[str]:
+    """Per h and attention kind, the mean of each head measure over the heads of its runs."""
+    from .head_roles import STUDY_MEASURES
+
+    rows = [
+        [str(row["heads"]), kind, *[_fraction(measures.get(name)) for name in STUDY_MEASURES]]
+        for row in analysed
+        for kind, measures in (row["head_analysis"].get("role_measures") or {}).items()
+    ]
+    if not rows:
+        return []
+    names = {
+        "entropy_normalised": "entropy (normalised)",
+        "confidence": "confidence",
+        "neighbour": "strongest neighbour",
+        "diagonal": "diagonal",
+        "sink": "sink",
+    }
+    return [
+        _md_table(["h", "attention", *[names[name] for name in STUDY_MEASURES]], rows),
+        "",
+        "Means over every head of the runs of each h: normalised entropy (1 = uniform over the keys), weight "
+        "on the strongest key, on the strongest of the previous/same/next token (self-attention), within one "
+        "position of the proportional diagonal (cross-attention), and on </s> (enc-self, cross) or <s> "
+        "(dec-self).",
+        "",
+    ]
+
+
+def _fraction(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _share(shares: dict | None, role: str) -> str:

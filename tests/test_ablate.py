@@ -471,4 +471,11 @@ def test_report_shows_head_roles_per_h_when_the_runs_have_them(reference, tmp_pa
         assert analysis["runs_with_roles"] == [f"h{row['heads']:02d}-seed1"]
         assert sum(analysis["role_shares"].values()) == pytest.approx(1.0, abs=1e-3)
         assert analysis["prunable_share"] is None  # `mhatrain heads` (importance) was not run
-    assert "## What the heads do" in (study / "report.md").read_text()
+        roles = json.loads((study / f"h{row['heads']:02d}-seed1" / "heads" / "roles-valid.json").read_text())
+        cross = [r for r in roles["heads"] if r["kind"] == "cross"]
+        assert set(analysis["role_measures"]) == {"enc-self", "dec-self", "cross"}
+        assert analysis["role_measures"]["cross"]["diagonal"] == pytest.approx(
+            sum(r["diagonal"] for r in cross) / len(cross), abs=1e-4
+        )
+    text = (study / "report.md").read_text()
+    assert "## What the heads do" in text and "| strongest neighbour |" in text

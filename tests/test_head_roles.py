@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mhatrain import data as D
-from mhatrain.head_roles import classify, role_counts, role_records, row_measures
+from mhatrain.head_roles import classify, role_counts, role_records, row_measures, study_role_measures
 
 from .conftest import run_cli
 
@@ -110,3 +110,30 @@ def test_role_records_number_layers_and_heads_from_one():
     records = role_records(means)
     assert [(r["layer"], r["head"]) for r in records] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
     assert {r["role"] for r in records} == {"other"}
+
+
+def _record(kind, role="other", **measures):
+    base = dict.fromkeys(("entropy_normalised", "confidence", "previous", "same", "next", "sink"), 0.0)
+    return {"kind": kind, "layer": 1, "head": 1, **base, **measures, "role": role}
+
+
+def test_role_counts_list_each_kind_then_all():
+    records = [_record("enc-self", "sink"), _record("dec-self"), _record("enc-self"), _record("cross", "positional")]
+    counts = role_counts(records)
+    assert list(counts) == ["enc-self", "dec-self", "cross", "all"]
+    assert counts["enc-self"] == {"sink": 1, "positional": 0, "diffuse": 0, "other": 1}
+    assert counts["all"] == {"sink": 1, "positional": 1, "diffuse": 0, "other": 2}
+
+
+def test_study_role_measures_average_every_head_of_every_run_per_kind():
+    one = {"heads": [_record("enc-self", previous=0.6, same=0.1, sink=0.2), _record("cross", diagonal=0.5, next=0.9)]}
+    two = {"heads": [_record("enc-self", next=0.2, confidence=0.4, sink=0.4), _record("cross", diagonal=0.3)]}
+    measures = study_role_measures({"h08-seed1": one, "h08-seed2": two})
+    assert measures["enc-self"] == pytest.approx(
+        {"entropy_normalised": 0.0, "confidence": 0.2, "neighbour": 0.4, "sink": 0.3}
+    )
+    # cross-attention has no neighbour measure (its keys are the source), but the diagonal
+    assert measures["cross"] == pytest.approx(
+        {"entropy_normalised": 0.0, "confidence": 0.0, "diagonal": 0.4, "sink": 0.0}
+    )
+    assert study_role_measures({}) is None
