@@ -124,16 +124,17 @@ def classify(measures: dict[str, float], kind: str) -> str:
     """One head's class from its mean measures (see the module docstring)."""
     if measures["sink"] >= ROLE_THRESHOLDS["sink"]:
         return "sink"
-    positional = (
-        measures.get("diagonal", 0.0)
-        if kind == "cross"
-        else max(measures["previous"], measures["same"], measures["next"])
-    )
+    positional = measures.get("diagonal", 0.0) if kind == "cross" else strongest_neighbour(measures)
     if positional >= ROLE_THRESHOLDS["positional"]:
         return "positional"
     if measures["entropy_normalised"] >= ROLE_THRESHOLDS["diffuse"]:
         return "diffuse"
     return "other"
+
+
+def strongest_neighbour(measures: dict[str, float]) -> float:
+    """Self-attention: the weight on the previous, same or next token, whichever is largest."""
+    return max(measures["previous"], measures["same"], measures["next"])
 
 
 def role_records(means: dict[str, dict[str, torch.Tensor]]) -> list[dict]:
@@ -241,10 +242,10 @@ def study_role_measures(records_by_run: dict[str, dict]) -> dict[str, dict[str, 
     for report in records_by_run.values():
         for record in report["heads"]:
             kind = record["kind"]
-            values = {**record, "neighbour": max(record["previous"], record["same"], record["next"])}
+            values = record if kind == "cross" else {**record, "neighbour": strongest_neighbour(record)}
             into = sums.setdefault(kind, {})
             for name in STUDY_MEASURES:
-                if name in values and not (name == "neighbour" and kind == "cross"):
+                if name in values:
                     into[name] = into.get(name, 0.0) + values[name]
             heads[kind] = heads.get(kind, 0) + 1
     return {
