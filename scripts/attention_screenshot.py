@@ -2,11 +2,10 @@
 one token (needs the `test` extra and Debian's chromium + chromium-driver). How
 docs/images/attention-html.png was made, from the repository root:
 
-    mhatrain train configs/tiny.yaml --out runs/tiny-h8 --set model.n_heads=8 --set data.tokenizer_type=bpe \\
-        --set data.vocab_size=192 --set train.max_epochs=8
-    mhatrain attention runs/tiny-h8 "The old man sees the red car." --html
-    python scripts/attention_screenshot.py runs/tiny-h8/heads/attention.html docs/images/attention-html.png \\
-        --kind 3 --layer 2 --hover 3 --size 1300x620
+    mhatrain attention runs/ablate4-multi30k/h08-seed1 "A man in an orange hat starring at something." \\
+        --out runs/h08-view --html
+    python scripts/attention_screenshot.py runs/h08-view/attention.html docs/images/attention-html.png \\
+        --kind 3 --layer 4 --hover 7 --size 1300x700
 """
 
 from __future__ import annotations
