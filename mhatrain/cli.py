@@ -284,13 +284,13 @@ def curves(
 
 @app.command()
 def export(
-    study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
-    dest: Path = typer.Argument(..., help="Directory to copy the study's light files into (e.g. results/NAME)."),
+    source: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`, or a run directory."),
+    dest: Path = typer.Argument(..., help="Directory to copy the light files into (e.g. results/NAME)."),
 ):
-    """Copy a study's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
-    from .export import export_study
+    """Copy a study's or a run's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
+    from .export import export as export_files
 
-    count = export_study(study_dir, dest)
+    count = export_files(source, dest)
     console.print(
         f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})", highlight=False
     )

@@ -39,7 +39,7 @@ from mhatrain.study import (
     point_seconds,
 )
 
-from .conftest import ROOT, TINY, TOY, run_cli
+from .conftest import ROOT, TINY, TOY, assert_clean_error, run_cli
 
 HEADS = "1,8"
 
@@ -410,22 +410,60 @@ def test_report_of_a_directory_without_a_study_is_a_clean_error(tmp_path):
         build_report(tmp_path / "missing")
 
 
-MULTI30K_STUDY = ROOT / "results" / "ablate-multi30k"
+MULTI30K_STUDY = ROOT / "results" / "ablate-multi30k"  # three seeds per h
+SEED1_STUDY = MULTI30K_STUDY / "one-seed"  # the first grid, one seed per h, kept as history
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="needs the Multi30k files beside the repository")
-def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch):
-    """The README's head-count result is what `report` makes of the committed run files."""
+@pytest.mark.parametrize(
+    ("committed_study", "seeds"), [(MULTI30K_STUDY, 3), (SEED1_STUDY, 1)], ids=["3-seed", "1-seed"]
+)
+def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch, committed_study, seeds):
+    """The README's head-count results are what `report` makes of the committed run files."""
     study = tmp_path / "ablate-multi30k"
-    shutil.copytree(MULTI30K_STUDY, study, ignore=shutil.ignore_patterns("report*"))
+    shutil.copytree(committed_study, study, ignore=shutil.ignore_patterns("report*", "one-seed"))
     monkeypatch.chdir(ROOT)  # base-config.yaml names the data relative to the repository root
     rebuilt = json.loads(json.dumps(report_study(study, Silent())))
-    committed = json.loads((MULTI30K_STUDY / "report.json").read_text(encoding="utf-8"))
-    assert rebuilt["runs_done"] == rebuilt["runs_total"] == 5
+    committed = json.loads((committed_study / "report.json").read_text(encoding="utf-8"))
+    assert rebuilt["runs_done"] == committed["runs_done"] and rebuilt["runs_total"] == committed["runs_total"]
     for key in ("runs", "by_heads", "significance", "claims"):
         assert rebuilt[key] == committed[key], key
-    assert len(rebuilt["significance"]["per_seed"]) == 4
+    assert {run["seed"] for run in rebuilt["runs"]} == set(range(1, seeds + 1))
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _files(directory: Path) -> set[str]:
+    return {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+
+
+def test_export_copies_a_study_or_one_run_without_checkpoints_or_absolute_paths(reference, tmp_path):
+    study = run_cli("export", str(reference), str(tmp_path / "study"))
+    assert study.returncode == 0, study.stderr + study.stdout
+    files = _files(tmp_path / "study")
+    assert {"study.yaml", "report.md", "h08-seed1/config.yaml", "h08-seed1/metrics.jsonl"} <= files
+    assert any(f.startswith("h08-seed1/eval/test.") and f.endswith(".json") for f in files)
+    assert not [f for f in files if f.endswith((".pt", ".model"))]
+    absolute = re.compile(r"(?<![\w.~/-])" + re.escape(str(reference.parent)))  # not inside ../../tmp/...
+    texts = [name for name in files if name.endswith((".yaml", ".json", ".jsonl", ".md", ".csv", ".log", ".txt"))]
+    assert "study.yaml" in texts and "h08-seed1/train_summary.json" in texts
+    for name in texts:
+        assert not absolute.search((tmp_path / "study" / name).read_text(encoding="utf-8")), name
+    assert absolute.search((reference / "h08-seed1" / "train_summary.json").read_text(encoding="utf-8"))
+
+    run = run_cli("export", str(reference / "h08-seed1"), str(tmp_path / "run"))
+    assert run.returncode == 0, run.stderr + run.stdout
+    point = {f.removeprefix("h08-seed1/") for f in files if f.startswith("h08-seed1/")}
+    assert _files(tmp_path / "run") == point
+    assert (tmp_path / "run" / "config.yaml").read_text() == (
+        tmp_path / "study" / "h08-seed1" / "config.yaml"
+    ).read_text()
+
+    (tmp_path / "neither").mkdir()
+    assert_clean_error(run_cli("export", str(tmp_path / "neither"), str(tmp_path / "x")), "neither a study")
+    assert_clean_error(run_cli("export", str(tmp_path / "missing"), str(tmp_path / "x")), "not found")
 
 
 # ----------------------------------------------------------------------------- learning curves

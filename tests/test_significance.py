@@ -24,7 +24,7 @@ from mhatrain.significance import (
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "tiny.yaml"
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-SEED1_STUDY = ROOT / "results" / "ablate-multi30k"
+SEED1_STUDY = ROOT / "results" / "ablate-multi30k" / "one-seed"
 
 
 def toy_systems():
