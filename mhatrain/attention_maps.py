@@ -28,7 +28,6 @@ from .errors import MhatrainError
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
 from .runner import check_input_length
-from .runtime import set_threads
 
 KINDS = ("enc-self", "dec-self", "cross")
 FIELDS = {"enc-self": "enc_self", "dec-self": "dec_self", "cross": "cross"}  # HeadGates / Attention fields
@@ -201,7 +200,6 @@ def show_attention(
     if page_path is not None and page_path.is_dir():
         raise MhatrainError(f"--html {page_path} is a directory; give a file name, e.g. {page_path / 'attention.html'}")
     run = load_run(run_dir, overrides=list(overrides))
-    set_threads(run.config.train.threads)
     layers = select_layers(run.model, kinds, layer)
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
     report = {

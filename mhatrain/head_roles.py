@@ -30,7 +30,6 @@ from rich.console import Console
 
 from . import data
 from .io import atomic_write_json
-from .runtime import set_threads
 
 ROLE_THRESHOLDS = {"sink": 0.5, "positional": 0.5, "diffuse": 0.75}
 ROLES = ("sink", "positional", "diffuse", "other")
@@ -175,7 +174,6 @@ def analyse_roles(
 
     console = console or Console()
     run = load_run(run_dir, checkpoint, list(overrides))
-    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     run.model.eval()
     means = measure_roles(run.model, evalset.batches)

@@ -36,7 +36,7 @@ from .errors import MhatrainError
 from .evaluate import bleu_score
 from .io import atomic_write_json
 from .model import HeadGates, Transformer
-from .runtime import autocast, set_threads
+from .runtime import autocast
 
 PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # share of a group's heads removed at each point
 BLEU_TOLERANCE = 1.0  # a head is prunable if removing it (with the ones before it) costs less BLEU than this
@@ -346,7 +346,6 @@ def analyse_heads(
 
     console = console or Console()
     run = load_run(run_dir, checkpoint, list(overrides))
-    set_threads(run.config.train.threads)
     evalset = load_eval_set(run, split, max_sentences)
     model = run.model
     judge = Judge(

@@ -20,6 +20,7 @@ from .errors import MhatrainError
 from .evaluate import read_aligned, sacrebleu_test_set, score, show_scores
 from .io import atomic_write_json, atomic_write_text
 from .model import Transformer, build_model, count_parameters
+from .runtime import set_threads
 
 MAX_INPUT_CHARS = 10_000  # one sentence a person gives to translate (`translate`, `attention`)
 
@@ -41,11 +42,13 @@ class LoadedRun:
 
 
 def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), strict: bool = False) -> LoadedRun:
-    """strict: use exactly the `which` checkpoint (see open_run)."""
+    """strict: use exactly the `which` checkpoint (see open_run). Every command that loads a trained model
+    (eval, translate, heads, attention) runs on `train.threads` CPU threads, as its training did."""
     config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn, strict=strict)
     for item in overrides:
         apply_override(config, item)
     check_config(config, f"{run_dir}/config.yaml", check_paths=False)
+    set_threads(config.train.threads)
     _check_architecture(config, state["config"], overrides)
     tokenizer = Tokenizer(tokenizer_path)
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():

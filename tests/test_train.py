@@ -522,3 +522,17 @@ def test_validation_during_training_scores_the_weights_it_saved(tiny_run, tmp_pa
     fresh = run_validation(run.model, prepare_data(run.config, tmp_path, log=lambda *_: None), run.config, run.device)
     assert fresh["valid_loss"] == pytest.approx(last_valid["valid_loss"], rel=1e-5)
     assert fresh["valid_bleu"] == last_valid["valid_bleu"]
+
+
+def test_commands_that_load_a_trained_model_run_on_its_train_threads(tiny_run):
+    """eval, translate, heads and attention load through load_run: it applies train.threads (with --set),
+    so `eval --set train.threads=1` beside a running grid does not start torch's default thread pool."""
+    from mhatrain.runner import load_run
+
+    try:
+        load_run(tiny_run, overrides=["train.threads=2"])
+        assert torch.get_num_threads() == 2
+        load_run(tiny_run)  # configs/tiny.yaml: train.threads 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)
