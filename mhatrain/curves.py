@@ -32,12 +32,28 @@ class Curve:
     train_loss: list[float] = field(default_factory=list)
     best_step: int | None = None
 
+    def train_loss_smoothed(self) -> list[float]:
+        """The training loss as drawn: each logged update's loss is one batch's, so its running mean."""
+        return running_mean(self.train_loss, TRAIN_LOSS_WINDOW)
+
     def best(self) -> tuple[int, float | None, float] | None:
         """(update, validation BLEU, validation perplexity) at the best checkpoint."""
         if self.best_step not in self.valid_steps:
             return None
         i = self.valid_steps.index(self.best_step)
         return self.best_step, self.valid_bleu[i], self.valid_ppl[i]
+
+
+TRAIN_LOSS_WINDOW = 8  # logged updates in the training loss's running mean (8 × log_every 25 = 200 updates)
+
+
+def running_mean(values: list[float], window: int) -> list[float]:
+    """Mean of each value and the up to window − 1 values before it."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def read_curve(run_dir: Path, name: str | None = None) -> Curve:
@@ -97,7 +113,7 @@ def group_by_heads(curves: list[Curve]) -> dict[int, dict]:
             "seeds": [c.seed for c in members],
             "valid_bleu": _mean_band([(c.valid_steps, c.valid_bleu) for c in members]),
             "valid_ppl": _mean_band([(c.valid_steps, c.valid_ppl) for c in members]),
-            "train_loss": _mean_band([(c.train_steps, c.train_loss) for c in members]),
+            "train_loss": _mean_band([(c.train_steps, c.train_loss_smoothed()) for c in members]),
             "best": [c.best() for c in members],
         }
     return out

@@ -17,7 +17,7 @@ from .checkpoint import CONFIG_FILE, EVAL_DIR, METRICS_FILE, SUMMARY_FILE
 from .errors import MhatrainError
 from .io import portable_text
 from .provenance import PROVENANCE_FILE
-from .study import LOGS_DIR, STUDY_FILE, is_study, parse_point_name, point_dirs
+from .study import LOGS_DIR, STUDY_FILE, is_study, parse_point_name
 
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, PROVENANCE_FILE)
 RUN_DIRS = (EVAL_DIR, "heads")  # heads/: the reports of `mhatrain heads` (heads.py, head_roles.py)
@@ -84,6 +84,6 @@ def export_run(run_dir: Path, dest: Path, base: Path | None = None) -> int:
 def export(source: Path, dest: Path, base: Path | None = None) -> int:
     """Export a study (a directory with study.yaml or grid points) or else a single run directory."""
     source = Path(source)
-    if is_study(source) or (source.is_dir() and point_dirs(source)):
+    if is_study(source):
         return export_study(source, dest, base)
     return export_run(source, dest, base)

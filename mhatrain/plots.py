@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
+from .curves import TRAIN_LOSS_WINDOW
 from .io import atomic_write
 
 MAX_PIXELS = 16_000  # longest side of a saved PNG; dpi shrinks to stay under it
@@ -253,7 +255,7 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
 CURVE_PANELS = (
     ("valid_bleu", "validation BLEU (greedy)", "linear"),
     ("valid_ppl", "validation perplexity", "log"),
-    ("train_loss", "training loss (label-smoothed; logged updates)", "linear"),
+    ("train_loss", f"training loss (label-smoothed; mean of {TRAIN_LOSS_WINDOW} logged updates)", "linear"),
 )
 CURVE_ZOOM = 4.0  # perplexity and loss axes end at this multiple of their lowest value: the plateau stays readable
 
@@ -283,7 +285,7 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
         else:
             for i, curve in enumerate(curves):
                 steps = curve.train_steps if key == "train_loss" else curve.valid_steps
-                values = getattr(curve, key)
+                values = curve.train_loss_smoothed() if key == "train_loss" else getattr(curve, key)
                 ax.plot(steps, values, color=cmap[i], label=curve.name)
                 best = curve.best()
                 if best is not None and key != "train_loss":
@@ -291,6 +293,9 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
                         [best[0]], [best[1] if key == "valid_bleu" else best[2]], marker="x", color=cmap[i], s=30
                     )
         ax.set_yscale(scale)
+        if scale == "log":  # plain numbers (5, 6, 10, 20), not 6×10⁰
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_formatter(ScalarFormatter())
         if key != "valid_bleu":
             low = min((v for line in ax.get_lines() for v in line.get_ydata() if v is not None), default=None)
             if low is not None and low > 0:

@@ -145,7 +145,9 @@ def read_yaml(path: Path) -> dict | None:
 
 
 def is_study(path: Path) -> bool:
-    return (Path(path) / STUDY_FILE).is_file()
+    """A study directory: one with study.yaml, or with grid-point run directories alone (h08-seed1, ...)."""
+    path = Path(path)
+    return (path / STUDY_FILE).is_file() or (path.is_dir() and bool(point_dirs(path)))
 
 
 def read_record(study_dir: Path) -> dict:

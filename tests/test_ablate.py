@@ -461,6 +461,15 @@ def test_export_copies_a_study_or_one_run_without_checkpoints_or_absolute_paths(
         tmp_path / "study" / "h08-seed1" / "config.yaml"
     ).read_text()
 
+    # Run directories alone, named as grid points, are a study too (e.g. exported runs trained further).
+    bare = tmp_path / "bare"
+    for point in ("h01-seed1", "h08-seed1"):
+        assert run_cli("export", str(reference / point), str(bare / point)).returncode == 0
+    curves = run_cli("curves", str(bare), "--out", str(tmp_path / "bare.png"))
+    assert curves.returncode == 0 and "h01-seed1: best at update" in curves.stdout, curves.stderr + curves.stdout
+    assert run_cli("export", str(bare), str(tmp_path / "again")).returncode == 0
+    assert _files(tmp_path / "again") == _files(bare)
+
     (tmp_path / "neither").mkdir()
     assert_clean_error(run_cli("export", str(tmp_path / "neither"), str(tmp_path / "x")), "neither a study")
     assert_clean_error(run_cli("export", str(tmp_path / "missing"), str(tmp_path / "x")), "not found")
@@ -517,3 +526,13 @@ def test_report_shows_head_roles_per_h_when_the_runs_have_them(reference, tmp_pa
         )
     text = (study / "report.md").read_text()
     assert "## What the heads do" in text and "| strongest neighbour |" in text
+
+
+def test_training_loss_is_drawn_as_a_trailing_running_mean():
+    from mhatrain.curves import Curve, group_by_heads, running_mean
+
+    assert running_mean([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
+    assert running_mean([1.0, 2.0, 3.0], 8) == [1.0, 1.5, 2.0]
+    curve = Curve("h08-seed1", 8, 1, train_steps=[25, 50, 75], train_loss=[3.0, 1.0, 2.0])
+    (group,) = group_by_heads([curve]).values()
+    assert group["train_loss"]["mean"] == [3.0, 2.0, 2.0]
