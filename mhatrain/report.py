@@ -158,6 +158,9 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
         "overrides": recorded.get("overrides", []),
         "code": recorded.get("code") or [],
     }
+    if not grid["code"]:  # run directories alone (no study.yaml): the code their provenance records
+        grid["code"] = _recorded_code([study_dir / p.name for p in ordered])
+        grid["code_from_runs"] = bool(grid["code"])
     if grid["d_model"] is None:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
@@ -336,7 +339,8 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
     code = grid.get("code") or []
     if len(code) > 1:
-        notes.append(f"{len(code)} code versions ran this study (study.yaml): " + ", ".join(code_name(c) for c in code))
+        where = "the runs' provenance" if grid.get("code_from_runs") else "study.yaml"
+        notes.append(f"{len(code)} code versions ran this study ({where}): " + ", ".join(code_name(c) for c in code))
     signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
     compared = provenance.compare(
         {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
@@ -619,6 +623,16 @@ def _status_line(report: dict) -> str:
     return line + (f"; not finished: {', '.join(pending)}" if pending else "")
 
 
+def _recorded_code(run_dirs: list[Path]) -> list[dict]:
+    """The distinct code versions in the runs' provenance.json sessions, in order of first appearance."""
+    found = []
+    for run_dir in run_dirs:
+        for entry in provenance.read_sessions(run_dir):
+            if entry.get("code") and entry["code"] not in found:
+                found.append(entry["code"])
+    return found
+
+
 def _code_line(grid: dict) -> str:
     code = grid.get("code") or []
     if not code:
@@ -628,11 +642,17 @@ def _code_line(grid: dict) -> str:
         f"(mhatrain {c.get('version')})"
         for c in code
     ]
-    return (
-        ("Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: ")
-        + ", ".join(names)
-        + "."
-    )
+    if grid.get("code_from_runs"):  # no study.yaml: what the runs' provenance.json sessions record
+        lead = (
+            "Every session in the runs' provenance ran commit "
+            if len(names) == 1
+            else "Code versions in the runs' provenance: "
+        )
+    else:
+        lead = (
+            "Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: "
+        )
+    return lead + ", ".join(names) + "."
 
 
 def to_markdown(report: dict) -> str:

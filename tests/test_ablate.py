@@ -412,17 +412,20 @@ def test_report_of_a_directory_without_a_study_is_a_clean_error(tmp_path):
 
 MULTI30K_STUDY = ROOT / "results" / "ablate-multi30k"  # three seeds per h
 SEED1_STUDY = MULTI30K_STUDY / "one-seed"  # the first grid, one seed per h, kept as history
+CONVERGENCE = MULTI30K_STUDY / "convergence"  # each h's seed-1 run trained on to its plateau
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="needs the Multi30k files beside the repository")
 @pytest.mark.parametrize(
-    ("committed_study", "seeds"), [(MULTI30K_STUDY, 3), (SEED1_STUDY, 1)], ids=["3-seed", "1-seed"]
+    ("committed_study", "seeds"),
+    [(MULTI30K_STUDY, 3), (SEED1_STUDY, 1), (CONVERGENCE, 1)],
+    ids=["3-seed", "1-seed", "convergence"],
 )
 def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch, committed_study, seeds):
     """The README's head-count results are what `report` makes of the committed run files."""
     study = tmp_path / "ablate-multi30k"
-    shutil.copytree(committed_study, study, ignore=shutil.ignore_patterns("report*", "one-seed"))
+    shutil.copytree(committed_study, study, ignore=shutil.ignore_patterns("report*", "one-seed", "convergence"))
     monkeypatch.chdir(ROOT)  # base-config.yaml names the data relative to the repository root
     rebuilt = json.loads(json.dumps(report_study(study, Silent())))
     committed = json.loads((committed_study / "report.json").read_text(encoding="utf-8"))
@@ -467,6 +470,10 @@ def test_export_copies_a_study_or_one_run_without_checkpoints_or_absolute_paths(
         assert run_cli("export", str(reference / point), str(bare / point)).returncode == 0
     curves = run_cli("curves", str(bare), "--out", str(tmp_path / "bare.png"))
     assert curves.returncode == 0 and "h01-seed1: best at update" in curves.stdout, curves.stderr + curves.stdout
+    report = run_cli("report", str(bare))
+    assert report.returncode == 0, report.stderr + report.stdout
+    commit = json.loads((reference / "h08-seed1" / "provenance.json").read_text())["sessions"][0]["code"]["commit"]
+    assert f"Every session in the runs' provenance ran commit `{commit}`" in (bare / "report.md").read_text()
     assert run_cli("export", str(bare), str(tmp_path / "again")).returncode == 0
     assert _files(tmp_path / "again") == _files(bare)
 
