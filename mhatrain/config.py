@@ -164,10 +164,15 @@ def load_config(
     for item in overrides:
         apply_override(config, item)
     check_config(config, source, check_paths)
-    if check_paths and config.data.local_dir is not None:
-        # Recorded absolute, so a run directory's config works from any working directory.
-        config.data.local_dir = str(Path(config.data.local_dir).expanduser().resolve())
+    if check_paths:
+        config.data.local_dir = absolute_local_dir(config.data.local_dir)
     return config
+
+
+def absolute_local_dir(local_dir: str | None) -> str | None:
+    """data.local_dir as a config records it: absolute (a relative one taken from the working directory),
+    so a run directory's config works from any working directory."""
+    return None if local_dir is None else str(Path(local_dir).expanduser().resolve())
 
 
 def config_from_dict(raw: dict, source: str = "<dict>", check_paths: bool = True) -> Config:

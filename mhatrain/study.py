@@ -34,7 +34,7 @@ import yaml
 from rich.console import Console
 
 from .checkpoint import CONFIG_FILE, config_differences, eval_path, has_started, read_eval, read_summary
-from .config import Config, apply_override, check_config, dump_config, heads_divide
+from .config import Config, absolute_local_dir, apply_override, check_config, dump_config, heads_divide
 from .errors import MhatrainError
 from .io import atomic_write_text, portable_text
 from .provenance import PROVENANCE_FILE, code_version
@@ -156,8 +156,14 @@ def read_record(study_dir: Path) -> dict:
 
 
 def read_base_config(study_dir: Path) -> dict:
-    """base-config.yaml as a dict (empty when there is none)."""
-    return read_yaml(Path(study_dir) / BASE_CONFIG) or {}
+    """base-config.yaml as a dict (empty when there is none), its data.local_dir made absolute as a loaded
+    config's is: `mhatrain export` writes it relative to the directory it ran in, and a study continued
+    from exported files, in that directory, is the same study."""
+    base = read_yaml(Path(study_dir) / BASE_CONFIG) or {}
+    data = base.get("data")
+    if isinstance(data, dict) and isinstance(data.get("local_dir"), str):
+        data["local_dir"] = absolute_local_dir(data["local_dir"])
+    return base
 
 
 def run_state(run_dir: Path, beam: int | None) -> str:

@@ -482,6 +482,22 @@ def test_export_copies_a_study_or_one_run_without_checkpoints_or_absolute_paths(
     assert_clean_error(run_cli("export", str(tmp_path / "missing"), str(tmp_path / "x")), "not found")
 
 
+def test_a_study_continues_from_its_exported_files(reference, spm_cache, tmp_path):
+    """Exported files hold data.local_dir relative to the export's directory; `ablate` run there on them
+    is the same study: finished points are skipped, nothing trains."""
+    exported = tmp_path / "exported"
+    assert run_cli("export", str(reference), str(exported)).returncode == 0
+    base = yaml.safe_load((exported / "base-config.yaml").read_text())
+    assert not Path(base["data"]["local_dir"]).is_absolute()
+    result = run_cli("ablate", str(TINY), "--heads", HEADS, "--out", str(exported), *cli_sets(spm_cache))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "2 of 2 runs already finished: skipped" in result.stdout
+    assert not list(exported.rglob("*.pt"))
+    elsewhere = [*cli_sets(spm_cache), "--set", f"data.local_dir={tmp_path}"]
+    moved = run_cli("ablate", str(TINY), "--heads", HEADS, "--out", str(exported), *elsewhere)
+    assert_clean_error(moved, "different config (data.local_dir")
+
+
 # ----------------------------------------------------------------------------- learning curves
 
 
