@@ -544,6 +544,8 @@ def _row_cells(row: dict, short: bool = False) -> list[str]:
     diff = row["diff_to_h8"]
     is_base = row["heads"] == BASELINE_HEADS
     test = row["seed_test"] or {}
+    if test:  # the difference the tests are about: over the seeds both h have finished (as the conclusion)
+        diff = {"test_bleu": test["mean_difference"]}
     cells = [
         str(row["heads"]),
         _num(row["d_head"]),
@@ -687,6 +689,7 @@ def to_markdown(report: dict) -> str:
         "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
         "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
         "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
+        "Δ: h minus h=8, mean over the seeds both have finished (the difference the tests are about). "
         "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
         "numbers are on another data set and model size: compare the shape of the curve and the differences "
         "to h=8, not the levels.",
@@ -1001,7 +1004,7 @@ def show(report: dict, console: Console) -> None:
         wide.print(table)
         console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
     console.print(
-        "Δ: difference of the mean to h=8; p: two-sided paired bootstrap of the seed-averaged test BLEU "
+        "Δ: h minus h=8, mean over the seeds both have; p: two-sided paired bootstrap of the seed-averaged test BLEU "
         "against h=8; p t: paired t-test over seeds; Holm: adjusted over the h compared; paper: Table 3 (A), "
         "newstest2013 dev (another data set and model size: compare shapes).",
         highlight=False,

@@ -435,6 +435,25 @@ def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch,
     assert {run["seed"] for run in rebuilt["runs"]} == set(range(1, seeds + 1))
 
 
+@pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="needs the Multi30k files beside the repository")
+def test_a_partial_studys_difference_is_over_the_seeds_both_h_have(tmp_path, monkeypatch):
+    """h=1 with seeds 1-2 against h=8 with seeds 1-3: Δ in the table is the paired difference the tests
+    (and the conclusion) are about, not the mean of two seeds minus the mean of three."""
+    study = tmp_path / "partial"
+    for point in ("h01-seed1", "h01-seed2", "h08-seed1", "h08-seed2", "h08-seed3"):
+        shutil.copytree(MULTI30K_STUDY / point, study / point)
+    monkeypatch.chdir(ROOT)
+    report = report_study(study, Silent())
+    bleu = {run["name"]: run["test_bleu"] for run in report["runs"]}
+    paired = (bleu["h01-seed1"] + bleu["h01-seed2"] - bleu["h08-seed1"] - bleu["h08-seed2"]) / 2
+    unpaired = (bleu["h01-seed1"] + bleu["h01-seed2"]) / 2 - sum(bleu[f"h08-seed{s}"] for s in (1, 2, 3)) / 3
+    row = next(line for line in (study / "report.md").read_text().splitlines() if line.startswith("| 1 | 256 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert abs(float(cells[9]) - paired) <= 0.011  # the tests use unrounded BLEU
+    assert abs(float(cells[9]) - unpaired) > 0.05
+    assert f"h=1: {cells[9]} BLEU" in report["claims"]["conclusion"]
+
+
 # ----------------------------------------------------------------------------- export
 
 
