@@ -1,4 +1,5 @@
 """Print the README's head-count table from results/ablate-multi30k/report.json."""
+
 import json
 
 r = json.load(open("results/ablate-multi30k/report.json"))
@@ -14,7 +15,9 @@ def p(x):
     return "—" if x is None else f"{x:.3f}"
 
 
-print("| h | d_k | runs | valid PPL | test BLEU | per seed (1, 2, 3) | 95% t interval over seeds | Δ vs h=8 | bootstrap p (Holm) | paired t p (Holm) | verdict |")
+print(
+    "| h | d_k | runs | valid PPL | test BLEU | per seed (1, 2, 3) | 95% t interval over seeds | Δ vs h=8 | bootstrap p (Holm) | paired t p (Holm) | verdict |"
+)
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for row in r["by_heads"]:
     t = row.get("seed_test") or {}
