@@ -44,7 +44,8 @@ while [ ! -e $R/STOP ]; do
     elif [ ! -d $C ]; then  # its seed-1 checkpoints are gone: train from scratch (the same first 2,600 updates)
       mkdir -p $C && cp runs/ablate5-multi30k/$(name $2)-seed1/config.yaml $C/
     fi
-    if ! { [ -s $C/train_summary.json ] && grep -q 'max_steps: 10400' $C/config.yaml 2>/dev/null; }; then
+    # trained when the summary is this run's own (a copied grid point's says runs/ablate5-multi30k)
+    if ! grep -q '"run_dir": "runs/converge5-multi30k' $C/train_summary.json 2>/dev/null; then
       run $LOG $PY -m mhatrain train runs/ablate5-multi30k/base-config.yaml --resume --out $C --set model.n_heads=$2 --set train.seed=1 --set train.threads=1 --set data.local_dir=../shared/data/multi30k --set train.max_steps=10400 --set train.patience=6 || break
     fi
     [ -s $C/eval/valid.beam4.json ] || run $LOG $PY -m mhatrain eval $C --split valid || break
