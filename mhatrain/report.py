@@ -431,12 +431,17 @@ def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
 
 
 def _differences(row: dict, base_row: dict | None) -> dict | None:
+    """Per metric, the mean over the seeds both h have finished of (this h − h=8): in a partial grid the
+    paired difference the significance tests are about, not the mean of some seeds minus that of others."""
     if base_row is None or not base_row["runs_done"] or not row["runs_done"]:
         return None
     out = {}
     for metric in ("test_bleu", "valid_bleu", "valid_ppl", "test_chrf"):
-        a, b = row[metric]["mean"], base_row[metric]["mean"]
-        out[metric] = round(a - b, 2) if a is not None and b is not None else None
+        ours, base = row[metric]["per_seed"], base_row[metric]["per_seed"]
+        pairs = [ours[s] - base[s] for s in ours if s in base and ours[s] is not None and base[s] is not None]
+        out[metric] = round(statistics.fmean(pairs), 2) if pairs else None
+    if row["seed_test"]:  # the same difference from unrounded BLEU, as the tests and the conclusion give it
+        out["test_bleu"] = row["seed_test"]["mean_difference"]
     return out
 
 
@@ -544,8 +549,6 @@ def _row_cells(row: dict, short: bool = False) -> list[str]:
     diff = row["diff_to_h8"]
     is_base = row["heads"] == BASELINE_HEADS
     test = row["seed_test"] or {}
-    if test:  # the difference the tests are about: over the seeds both h have finished (as the conclusion)
-        diff = {"test_bleu": test["mean_difference"]}
     cells = [
         str(row["heads"]),
         _num(row["d_head"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -452,6 +453,11 @@ def test_a_partial_studys_difference_is_over_the_seeds_both_h_have(tmp_path, mon
     assert abs(float(cells[9]) - paired) <= 0.011  # the tests use unrounded BLEU
     assert abs(float(cells[9]) - unpaired) > 0.05
     assert f"h=1: {cells[9]} BLEU" in report["claims"]["conclusion"]
+    h1 = next(row for row in report["by_heads"] if row["heads"] == 1)
+    assert h1["diff_to_h8"]["test_bleu"] == pytest.approx(paired, abs=0.006)  # report.json, the CSV and the claim
+    assert report["claims"]["ours"]["test_bleu"] == -h1["diff_to_h8"]["test_bleu"]
+    csv_h1 = next(r for r in csv.DictReader((study / "report.csv").open()) if r["heads"] == "1")
+    assert float(csv_h1["test_bleu_diff_to_h8"]) == h1["diff_to_h8"]["test_bleu"]
 
 
 # ----------------------------------------------------------------------------- export

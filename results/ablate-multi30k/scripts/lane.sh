@@ -6,6 +6,7 @@ W=$ROOT/runs/code-731a49a
 R=$ROOT/runs
 PY=$ROOT/.venv/bin/python
 LANE=$1
+# GRID_EXTRA: more --set flags for grid points, e.g. "--set train.precision=fp32" on a CPU without native bf16
 export OMP_NUM_THREADS=1
 cd $W || exit 1
 name() { printf 'h%02d' "$1"; }
@@ -33,7 +34,7 @@ while [ ! -e $R/STOP ]; do
     P=runs/ablate5-multi30k/$(name $2)-seed$3; LOG=runs/ablate5-multi30k/logs/$(name $2)-seed$3.log
     mkdir -p runs/ablate5-multi30k/logs
     if [ ! -s $P/train_summary.json ]; then
-      run $LOG $PY -m mhatrain train runs/ablate5-multi30k/base-config.yaml --out $P --resume --set model.n_heads=$2 --set train.seed=$3 --set train.threads=1 || break
+      run $LOG $PY -m mhatrain train runs/ablate5-multi30k/base-config.yaml --out $P --resume --set model.n_heads=$2 --set train.seed=$3 --set train.threads=1 $GRID_EXTRA || break
     fi
     [ -s $P/eval/valid.beam4.json ] || run $LOG $PY -m mhatrain eval $P --split valid || break
     [ -s $P/eval/test.beam4.json ] || run $LOG $PY -m mhatrain eval $P --split test || break
