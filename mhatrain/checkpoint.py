@@ -290,7 +290,9 @@ def check_compatible(state: dict, config: Config, where: str, vocab_fingerprint:
         raise CheckpointError(f"{where}: checkpoint config is not valid for this version") from None
     differs = [k for k in config_differences(saved, config.to_dict()) if k not in RESUMABLE_CHANGES]
     if differs:
-        shown = ", ".join(f"{k} ({_get(saved, k)!r} vs {_get(config.to_dict(), k)!r})" for k in differs[:4])
+        shown = ", ".join(
+            f"{k} ({config_value(saved, k)!r} vs {config_value(config.to_dict(), k)!r})" for k in differs[:4]
+        )
         raise CheckpointError(f"{where}: made with a different config: {shown}")
     if vocab_fingerprint is not None and state.get("vocab_fingerprint") != vocab_fingerprint:
         raise CheckpointError(f"{where}: made with a different vocabulary (tokenizer differs)")
@@ -336,6 +338,7 @@ def _batch(world: int, accum: int, max_tokens: int) -> str:
     return f"{world} process{'es' if world > 1 else ''} × {accum} accumulation × {max_tokens} = {world * accum * max_tokens}"
 
 
-def _get(d: dict, dotted: str):
+def config_value(d: dict, dotted: str):
+    """The value of a dotted key ("train.seed") in a config dict; None where it is absent."""
     section, key = dotted.split(".")
-    return d.get(section, {}).get(key)
+    return (d.get(section) or {}).get(key)

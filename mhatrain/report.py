@@ -36,6 +36,7 @@ from .study import (
     STUDY_FILE,
     Point,
     code_name,
+    differing_settings,
     point_dirs,
     read_base_config,
     read_record,
@@ -346,6 +347,9 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
     )
     notes += provenance.difference_notes(compared)
+    for key, seen in differing_settings(study_dir, [r.run_dir for r in runs]).items():
+        shown = "; ".join(f"{value} ({_point_names(points)})" for value, points in seen.items())
+        notes.append(f"points of this study differ in their config's {key}: {shown}")
     return {
         "study_dir": study_dir.name,
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -362,6 +366,10 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         "notes": notes,
         "provenance": compared,
     }
+
+
+def _point_names(points: list[str]) -> str:
+    return ", ".join(points) if len(points) <= 4 else f"{len(points)} points"
 
 
 def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:

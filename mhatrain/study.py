@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from .checkpoint import CONFIG_FILE, config_differences, eval_path, has_started, read_eval, read_summary
+from .checkpoint import CONFIG_FILE, config_differences, config_value, eval_path, has_started, read_eval, read_summary
 from .config import Config, absolute_local_dir, apply_override, check_config, dump_config, heads_divide
 from .errors import MhatrainError
 from .io import atomic_write_text, portable_text
@@ -159,11 +159,30 @@ def read_base_config(study_dir: Path) -> dict:
     """base-config.yaml as a dict (empty when there is none), its data.local_dir made absolute as a loaded
     config's is: `mhatrain export` writes it relative to the directory it ran in, and a study continued
     from exported files, in that directory, is the same study."""
-    base = read_yaml(Path(study_dir) / BASE_CONFIG) or {}
-    data = base.get("data")
+    return _comparable(read_yaml(Path(study_dir) / BASE_CONFIG) or {})
+
+
+def _comparable(config: dict) -> dict:
+    data = config.get("data")
     if isinstance(data, dict) and isinstance(data.get("local_dir"), str):
         data["local_dir"] = absolute_local_dir(data["local_dir"])
-    return base
+    return config
+
+
+def differing_settings(study_dir: Path, names: list[str]) -> dict[str, dict[str, list[str]]]:
+    """The settings in which the named points' config.yaml files differ, other than GRID_KEYS and
+    EXECUTION_KEYS (a study's points should differ in h and seed only): dotted key → {value → points}."""
+    configs = {name: _comparable(read_yaml(Path(study_dir) / name / CONFIG_FILE) or {}) for name in names}
+    configs = {name: config for name, config in configs.items() if config}
+    if not configs:
+        return {}
+    first = next(iter(configs.values()))
+    keys = {key for config in configs.values() for key in config_differences(first, config)}
+    out = {}
+    for key in sorted(keys - GRID_KEYS - EXECUTION_KEYS):
+        for name, config in configs.items():
+            out.setdefault(key, {}).setdefault(repr(config_value(config, key)), []).append(name)
+    return out
 
 
 def run_state(run_dir: Path, beam: int | None) -> str:
@@ -254,7 +273,9 @@ def open_study(
         base = read_base_config(study_dir)
         differs = [k for k in config_differences(base, config.to_dict()) if k not in GRID_KEYS | EXECUTION_KEYS]
         if differs and not overwrite:
-            shown = "; ".join(f"{k}: {_get(base, k)!r} there, {_get(config.to_dict(), k)!r} now" for k in differs[:4])
+            shown = "; ".join(
+                f"{k}: {config_value(base, k)!r} there, {config_value(config.to_dict(), k)!r} now" for k in differs[:4]
+            )
             more = f" (and {len(differs) - 4} more)" if len(differs) > 4 else ""
             raise MhatrainError(
                 f"{study_dir} holds a study made with a different config ({shown}{more}); "
@@ -332,11 +353,6 @@ def _discard_study(study_dir: Path, console: Console) -> None:
 def _write_if_changed(path: Path, text: str) -> None:
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
-
-
-def _get(d: dict, dotted: str):
-    section, key = dotted.split(".")
-    return (d.get(section) or {}).get(key)
 
 
 @contextlib.contextmanager

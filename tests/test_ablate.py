@@ -404,6 +404,20 @@ def test_report_of_a_partial_study_without_h8(tmp_path, spm_cache, reference):
     assert (out / "report.png").is_file()
 
 
+def test_the_report_notes_points_whose_config_differs_in_more_than_h_and_seed(tmp_path, spm_cache):
+    out = tmp_path / "study"
+    dry_run(out, spm_cache, heads="1,8", seeds="1,2")
+    config_file = out / "h08-seed2" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    other = "fp32" if config["train"]["precision"] != "fp32" else "bf16"
+    was = config["train"]["precision"]
+    config["train"]["precision"], config["train"]["threads"] = other, 7  # threads: how it ran, not what
+    config_file.write_text(yaml.safe_dump(config))
+    notes = build_report(out)["notes"]
+    expected = f"train.precision: '{was}' (h01-seed1, h01-seed2, h08-seed1); '{other}' (h08-seed2)"
+    assert [n for n in notes if "their config" in n] == [f"points of this study differ in their config's {expected}"]
+
+
 def test_report_of_a_directory_without_a_study_is_a_clean_error(tmp_path):
     with pytest.raises(MhatrainError, match="holds no study"):
         build_report(tmp_path)
