@@ -49,8 +49,9 @@ def is_device_name(name: str, allow_auto: bool = False) -> bool:
 
 
 def _matmul_seconds(dtype: torch.dtype, repeats: int = 3) -> float:
-    a = torch.randn(BF16_PROBE_SIZE, BF16_PROBE_SIZE).to(dtype)
-    b = torch.randn(BF16_PROBE_SIZE, BF16_PROBE_SIZE).to(dtype)
+    # its own generator: the global one drives dropout, and a resumed run has just restored its state
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(BF16_PROBE_SIZE, BF16_PROBE_SIZE, generator=generator).to(dtype) for _ in range(2))
     a @ b  # warm-up: kernel selection, allocation
     best = float("inf")
     for _ in range(repeats):

@@ -59,12 +59,15 @@ def test_noam_schedule_warms_up_then_decays():
     assert noam_lr(100, d, w, factor=2.0) == pytest.approx(2 * noam_lr(100, d, w))
 
 
-def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache):
+# bf16: a resume also runs the bf16 speed probe, which must not draw from the restored dropout RNG
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache, precision):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    train(quiet_config(spm_cache, "train.max_steps=50"), straight, console=Silent())
+    p = f"train.precision={precision}"
+    train(quiet_config(spm_cache, p, "train.max_steps=50"), straight, console=Silent())
     # Interrupted at update 30 (mid-epoch: an epoch is ~90 updates), then resumed to 50.
-    train(quiet_config(spm_cache, "train.max_steps=30", "train.checkpoint_every=10"), split, console=Silent())
-    summary = train(quiet_config(spm_cache, "train.max_steps=50"), split, resume=True, console=Silent())
+    train(quiet_config(spm_cache, p, "train.max_steps=30", "train.checkpoint_every=10"), split, console=Silent())
+    summary = train(quiet_config(spm_cache, p, "train.max_steps=50"), split, resume=True, console=Silent())
     assert summary["updates"] == 50
     assert_same_weights(weights(straight), weights(split))
 
@@ -481,7 +484,10 @@ def test_slow_bf16_warning_follows_the_measured_speeds(monkeypatch):
 def test_bf16_probe_measures_real_matmuls():
     from mhatrain import runtime
 
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
     assert 0 < runtime._matmul_seconds(torch.float32, repeats=1) < 60
+    assert torch.equal(torch.get_rng_state(), before)  # the probe leaves training's RNG alone
 
 
 def test_loss_blocks_are_sized_from_the_vocabulary_and_the_device_budget():

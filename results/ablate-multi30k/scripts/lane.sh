@@ -6,7 +6,7 @@ W=$ROOT/runs/code-731a49a
 R=$ROOT/runs
 PY=$ROOT/.venv/bin/python
 LANE=$1
-# GRID_EXTRA: more --set flags for grid points, e.g. "--set train.precision=fp32" on a CPU without native bf16
+# GRID_EXTRA: more --set flags for grid and convergence runs, e.g. "--set train.precision=fp32" on a CPU without native bf16
 export OMP_NUM_THREADS=1
 cd $W || exit 1
 name() { printf 'h%02d' "$1"; }
@@ -47,7 +47,7 @@ while [ ! -e $R/STOP ]; do
     fi
     # trained when the summary is this run's own (a copied grid point's says runs/ablate5-multi30k)
     if ! grep -q '"run_dir": "runs/converge5-multi30k' $C/train_summary.json 2>/dev/null; then
-      run $LOG $PY -m mhatrain train runs/ablate5-multi30k/base-config.yaml --resume --out $C --set model.n_heads=$2 --set train.seed=1 --set train.threads=1 --set data.local_dir=../shared/data/multi30k --set train.max_steps=10400 --set train.patience=6 || break
+      run $LOG $PY -m mhatrain train runs/ablate5-multi30k/base-config.yaml --resume --out $C --set model.n_heads=$2 --set train.seed=1 --set train.threads=1 --set data.local_dir=../shared/data/multi30k --set train.max_steps=10400 --set train.patience=6 $GRID_EXTRA || break
     fi
     [ -s $C/eval/valid.beam4.json ] || run $LOG $PY -m mhatrain eval $C --split valid || break
     [ -s $C/eval/test.beam4.json ] || run $LOG $PY -m mhatrain eval $C --split test || break

@@ -40,3 +40,38 @@ for row in r["by_heads"]:
     )
 print()
 print(r["claims"]["conclusion"])
+
+
+# The convergence check beside the 2,600-update grid: seed 1 at both budgets, and the grid's seed mean.
+c = json.load(open("results/ablate-multi30k/convergence/report.json"))
+grid_seed1 = {run["heads"]: run for run in r["runs"] if run["seed"] == 1 and run["status"] == "done"}
+grid_mean = {row["heads"]: row["test_bleu"]["mean"] for row in r["by_heads"]}
+seed1_diff = {t["heads"]: t["difference"] for row in r["by_heads"] for t in row["per_seed_tests"] if t["seed"] == 1}
+
+
+def ranks(values):
+    order = sorted((h for h in values if values[h] is not None), key=lambda h: -values[h])
+    return {h: i + 1 for i, h in enumerate(order)}
+
+
+conv = {run["heads"]: run for run in c["runs"] if run["status"] == "done"}
+conv_rank = ranks({h: run["test_bleu"] for h, run in conv.items()})
+seed1_rank = ranks({h: run["test_bleu"] for h, run in grid_seed1.items() if h in conv})
+mean_rank = ranks({h: grid_mean[h] for h in conv})
+conv_tests = {row["heads"]: row["seed_test"] for row in c["by_heads"] if row.get("seed_test")}
+print()
+print(
+    "| h | stopped at | best update | valid BLEU | test BLEU | Δ vs h=8 (p, Holm) | rank "
+    "| seed 1 at 2,600: test BLEU, Δ, rank | grid mean at 2,600: test BLEU, rank |"
+)
+print("|---|---|---|---|---|---|---|---|---|")
+for h in sorted(conv):
+    run, t, g = conv[h], conv_tests.get(h), grid_seed1[h]
+    d = "baseline" if h == 8 else f"{t['mean_difference']:+.2f} ({p(t['bootstrap_p'])}, {p(t['bootstrap_p_holm'])})"
+    d1 = "" if h == 8 else f"{seed1_diff[h]:+.2f}, "
+    print(
+        f"| {h} | {run['trained_updates']:,} | {run['updates']:,} | {run['valid_bleu']:.2f} | {run['test_bleu']:.2f} | "
+        f"{d} | {conv_rank[h]} | {g['test_bleu']:.2f}, {d1}{seed1_rank[h]} | {grid_mean[h]:.2f}, {mean_rank[h]} |"
+    )
+print()
+print(c["claims"]["conclusion"])
