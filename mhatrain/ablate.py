@@ -1,7 +1,9 @@
 """The head-count study of the paper's Table 3, rows (A): one run per (h, seed), d_k = d_v = d_model / h.
 
 Because every head has d_model / h dimensions, W_Q, W_K, W_V and W_O stay d_model × d_model for any h:
-parameters and compute are the same at every grid point, only the way attention is split changes.
+parameters and compute are the same at every grid point, only the way attention is split changes (unless
+model.d_head fixes the head size: then they grow with h). `--vary KEY=V1,V2` repeats the grid in every
+combination of other settings (a cell each; regimes.py maps where extra heads help).
 
 This module runs a study's grid points; study.py says what a study directory holds and what each point
 needs. `--dry-run` prints the commands of every point (study.point_commands), `--jobs N` runs them as
@@ -25,8 +27,9 @@ from pathlib import Path
 from rich.console import Console
 
 from .cluster import JobOptions, check_options, point_settings, run_jobs
-from .config import Config, load_config
+from .config import Config, head_size, load_config
 from .dashboard import check_available as check_tensorboard
+from .data import check_splits
 from .distributed import read_launch, resolve_device
 from .errors import MhatrainError
 from .grid_display import GridDisplay
@@ -34,8 +37,10 @@ from .provenance import record_session, session
 from .report import report_study
 from .runtime import is_device_name, slow_bf16_warning
 from .study import (
+    EVAL_SPLITS,
     Point,
     Study,
+    check_factors,
     missing_evaluations,
     needed_commands,
     open_study,
@@ -118,12 +123,14 @@ def run_study(
     console: Console,
     cluster: JobOptions | None = None,
     allow_code_change: bool = False,
+    vary: list[str] = (),
 ) -> dict | None:
     """`mhatrain ablate`: check, record, run every unfinished grid point, then report.
 
     heads, seeds: the grid (checked here: each h must divide model.d_model);
     cluster: to run each point as a submitit job (SLURM, or local subprocesses);
-    allow_code_change: continue a study whose points another code version started (see open_study)."""
+    allow_code_change: continue a study whose points another code version started (see open_study);
+    vary: `--vary KEY=V1,V2` options: every combination of their values is a cell with the whole grid."""
     if cluster is not None:
         check_options(cluster, jobs, devices_text)
     if jobs < 1:
@@ -132,6 +139,7 @@ def run_study(
         raise MhatrainError("ablate starts its runs itself: run it as `mhatrain ablate`, not under torchrun")
     devices = parse_devices(devices_text)
     config = load_config(config_path, overrides)
+    check_splits(config, EVAL_SPLITS)  # every point is evaluated on them once trained: fail now, not then
     if config.train.tensorboard:  # before the first point trains, not at each point
         check_tensorboard()
     _absolute_cache_dir(config)
@@ -139,14 +147,27 @@ def run_study(
         extras = [point_settings(cluster)]
     else:
         extras = slot_overrides(jobs, devices, config.train.threads)
-    heads, seeds, points = plan_study(config, str(config_path), heads, seeds, extras)
+    factors = check_factors(list(vary), config)
+    heads, seeds, points = plan_study(config, str(config_path), heads, seeds, extras, factors)
     study_dir = Path(out) if out is not None else Path("studies") / Path(config_path).stem
     with study_lock(study_dir):
         study = open_study(
-            study_dir, config, Path(config_path), overrides, heads, seeds, points, overwrite, console, allow_code_change
+            study_dir,
+            config,
+            Path(config_path),
+            overrides,
+            heads,
+            seeds,
+            points,
+            overwrite,
+            console,
+            allow_code_change,
+            factors,
         )
         record_session(study_dir, session(dry_run=dry_run))
         if dry_run:
+            if factors:  # the cells and what they cost, on stderr: stdout holds the commands alone
+                _show_plan(study, config, Console(stderr=True, soft_wrap=True))
             _print_commands(study, extras, console)
             return None
         _show_plan(study, config, console)
@@ -180,6 +201,11 @@ def _print_commands(study: Study, extras: list[list[str]], console: Console) -> 
 
 
 def _show_plan(study: Study, config: Config, console: Console) -> None:
+    if study.factors:
+        from .regimes import plan_lines
+
+        console.print("\n".join(plan_lines(study, config)), highlight=False)
+        return
     heads = ", ".join(map(str, sorted({p.heads for p in study.points})))
     seeds = ", ".join(map(str, dict.fromkeys(p.seed for p in study.points)))
     lines = [
@@ -188,7 +214,8 @@ def _show_plan(study: Study, config: Config, console: Console) -> None:
     ]
     for point in study.points:
         lines.append(
-            f"  {point.name}: h={point.heads:<3} d_k={config.model.d_model // point.heads:<4} {study.state(point)}"
+            f"  {point.name}: h={point.heads:<3} d_k={head_size(config.model.d_model, point.heads, config.model.d_head):<4} "
+            f"{study.state(point)}"
         )
     console.print("\n".join(lines), highlight=False)
 

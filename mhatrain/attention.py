@@ -3,12 +3,13 @@
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
     head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V,   d_k = d_v = d_model / h
 
+(or d_k = d_v = model.d_head when it is set, so that the head size can be held fixed as h varies).
 All heads are computed together: the per-head projections W_i^Q are the column blocks of one
-d_model × d_model matrix W_Q, so one matmul projects every head and a reshape separates them. In
+d_model × H·d_head matrix W_Q, so one matmul projects every head and a reshape separates them. In
 self-attention Q, K and V come from the same input, so W_Q, W_K and W_V are stacked into one
 matmul (the parameters stay three Linear layers).
 
-Shape legend:  B batch · H heads · Tq query length · Tk key length · D d_model · Dh d_head = D / H
+Shape legend:  B batch · H heads · Tq query length · Tk key length · D d_model · Dh d_head (D / H unless set)
 Masks are boolean and broadcast to [B, H, Tq, Tk]; True means "may attend". A `Mask` adds a causal
 flag (the fused kernel's own causal mode on GPUs) and keeps the explicit path's additive bias, so a
 model builds each mask once per forward pass and all its layers share it.
@@ -24,17 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import heads_divide
+from .config import head_size, heads_divide
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """[B, T, D] → [B, H, T, Dh]"""
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+    """[B, T, H·Dh] → [B, H, T, Dh]"""
+    B, T, width = x.shape
+    return x.view(B, T, n_heads, width // n_heads).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """[B, H, T, Dh] → [B, T, D]: the transpose puts each position's heads side by side (Concat)."""
+    """[B, H, T, Dh] → [B, T, H·Dh]: the transpose puts each position's heads side by side (Concat)."""
     B, H, T, Dh = x.shape
     return x.transpose(1, 2).reshape(B, T, H * Dh)
 
@@ -167,7 +168,9 @@ class KVCache:
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h heads of scaled dot-product attention (§3.2.1) over
-    d_head = d_model / h dimensions each, concatenated and projected by W_O.
+    d_head dimensions each (d_model / h unless given), concatenated ([B, Tq, H·Dh]) and projected back
+    to d_model by W_O. With d_head given, W_Q, W_K, W_V are d_model × H·d_head and W_O is
+    H·d_head × d_model: parameters and compute then change with h.
 
     One module serves the paper's three uses (§3.2.3): encoder self-attention, decoder self-attention
     (with a causal mask) and encoder-decoder attention (queries from the decoder, keys and values
@@ -175,16 +178,17 @@ class MultiHeadAttention(nn.Module):
     per-head probabilities [B, H, Tq, Tk] when asked for (never averaged over heads).
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, d_head: int | None = None):
         super().__init__()
-        if not heads_divide(d_model, n_heads):
+        if d_head is None and not heads_divide(d_model, n_heads):
             raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}")
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, head_size(d_model, n_heads, d_head)
         self.dropout = dropout
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
-        self.w_k = nn.Linear(d_model, d_model, bias=bias)
-        self.w_v = nn.Linear(d_model, d_model, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        inner = n_heads * self.d_head  # H·Dh: d_model unless d_head is given
+        self.w_q = nn.Linear(d_model, inner, bias=bias)
+        self.w_k = nn.Linear(d_model, inner, bias=bias)
+        self.w_v = nn.Linear(d_model, inner, bias=bias)
+        self.w_o = nn.Linear(inner, d_model, bias=bias)
         for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
             nn.init.xavier_uniform_(linear.weight)
             if bias:
@@ -197,7 +201,7 @@ class MultiHeadAttention(nn.Module):
         return F.linear(x, *self._stacked_qkv()).chunk(3, dim=-1)
 
     def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[W_Q; W_K; W_V] ([3D, D]) and the stacked biases ([3D] or None).
+        """[W_Q; W_K; W_V] ([3·H·Dh, D]) and the stacked biases ([3·H·Dh] or None).
 
         Made on each call (so that gradients flow to the three Linear layers), except inside
         keeping_stacked_qkv without gradients: a search calls this once per layer and step, so there

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from rich.table import Table
 
 from . import data
 from .config import DecodeConfig
-from .decode import source_ids, translate_ids
+from .decode import cut_warning, source_ids, translate_ids
 from .errors import MhatrainError
 from .io import atomic_write, atomic_write_json
 from .model import Attention, HeadGates, Transformer
@@ -188,7 +189,8 @@ def show_attention(
     """The `mhatrain attention` command: maps, grid plots, statistics table and files.
 
     layer: one layer number (from 1) of each of `kinds`, or None for all layers.
-    html: also write the interactive page (attention_html) to this file; "" = <out dir>/attention.html.
+    html: also write the interactive page (attention_html) to this file; "" = <out dir>/attention-<sentence>.html,
+    named as the sentence's other files, so that the pages of several sentences stand side by side.
     """
     from .runner import load_run
 
@@ -196,11 +198,14 @@ def show_attention(
     check_sentence(sentence)
     kinds = list(kinds)
     out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
-    page_path = None if html is None else Path(html) if html else out_dir / "attention.html"
+    stem = out_dir / f"attention-{_slug(sentence)}"
+    page_path = None if html is None else Path(html) if html else stem.with_name(f"{stem.name}.html")
     if page_path is not None and page_path.is_dir():
         raise MhatrainError(f"--html {page_path} is a directory; give a file name, e.g. {page_path / 'attention.html'}")
     run = load_run(run_dir, overrides=list(overrides))
     layers = select_layers(run.model, kinds, layer)
+    if (cut := cut_warning(run.tokenizer.encode([sentence]), run.model.cfg.max_positions)) is not None:
+        print(cut, file=sys.stderr, flush=True)  # stderr, as translate and eval warn
     sm = sentence_maps(run.model, run.tokenizer, sentence, run.config.decode, run.device)
     report = {
         "run_dir": str(run_dir),
@@ -216,7 +221,7 @@ def show_attention(
         "statistics": statistics_records(sm, layers),
         "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
     }
-    written = write_attention_files(sm, layers, report, out_dir / f"attention-{_slug(sentence)}")
+    written = write_attention_files(sm, layers, report, stem)
     if page_path is not None:
         write_attention_page(sm, layers, page_path, f"{run_dir}, update {run.step}, beam {run.config.decode.beam}")
     _print_attention(sm, report["statistics"], console)

@@ -37,12 +37,18 @@ def average_checkpoints(paths: list[Path]) -> dict:
     for path in paths[1:]:
         state = load_checkpoint(path)
         check_compatible(state, config, str(path), first.get("vocab_fingerprint"))
+        step = int(state["progress"]["step"])
+        if step in steps:
+            raise CheckpointError(
+                f"{path}: holds update {step}, as {paths[steps.index(step)]} does (one is a copy of the other, "
+                f"e.g. best.pt and the snapshot of its update): averaging both would weight that update twice"
+            )
         if state["model"].keys() != total.keys():
             raise CheckpointError(f"{path}: parameters differ from {paths[0]}")
         for key, value in state["model"].items():
             if value.is_floating_point():
                 total[key] += value.double()
-        steps.append(int(state["progress"]["step"]))
+        steps.append(step)
     n = len(paths)
     model = {k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in total.items()}
     return checkpoint_state(

@@ -235,6 +235,8 @@ def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False)
     config than config.yaml is refused.
     """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir} is a file, not a run directory")
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory not found: {run_dir}")
     if not is_run_dir(run_dir):

@@ -28,6 +28,8 @@ _state = {"debug": False}
 
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
 OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
+CHECKPOINTS = ("best", "last", "averaged")  # what `heads --checkpoint` may name, as `eval --checkpoint` may
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells expect
 
 
 def int_list(text: str, option: str, what: str, minimum: int | None = None) -> list[int]:
@@ -209,6 +211,12 @@ def ablate(
     config: Path = typer.Argument(..., help="YAML config file: every grid point starts from it."),
     heads: str = typer.Option("1,4,8,16,32", "--heads", help="Head counts h; each must divide model.d_model."),
     seeds: str = typer.Option("1", "--seeds", help="Seeds (train.seed), e.g. 1,2,3."),
+    vary: list[str] | None = typer.Option(
+        None,
+        "--vary",
+        help="Also vary a config key, e.g. --vary model.norm=pre,post (repeatable): every combination of "
+        "the values is a cell with the whole heads × seeds grid, and `report` maps where extra heads help.",
+    ),
     out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
     jobs: int = typer.Option(1, "--jobs", help="Grid points run at once (as subprocesses when > 1)."),
@@ -256,6 +264,7 @@ def ablate(
         console,
         cluster,
         allow_code_change,
+        vary or [],
     )
 
 
@@ -285,15 +294,25 @@ def curves(
 @app.command()
 def export(
     source: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`, or a run directory."),
-    dest: Path = typer.Argument(..., help="Directory to copy the light files into (e.g. results/NAME)."),
+    dest: Path = typer.Argument(..., help="New or empty directory to copy the light files into (e.g. results/NAME)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Write into a DEST that holds files: replace those the export writes, keep others."
+    ),
 ):
     """Copy a study's or a run's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
     from .export import export as export_files
 
-    count = export_files(source, dest)
+    count, kept = export_files(source, dest, overwrite=overwrite)
     console.print(
         f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})", highlight=False
     )
+    if kept:
+        shown = ", ".join(str(p.relative_to(dest)) for p in kept[:5]) + (", ..." if len(kept) > 5 else "")
+        console.print(
+            f"export: {len(kept)} file{'s' if len(kept) != 1 else ''} already there "
+            f"{'was' if len(kept) == 1 else 'were'} kept: {shown}",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -308,7 +327,7 @@ def attention(
         "--html",
         metavar="[FILE]",
         help="Also write an interactive, self-contained HTML head view to FILE "
-        "(default: attention.html in the output directory).",
+        "(default: attention-SENTENCE.html in the output directory, beside the sentence's other files).",
     ),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
@@ -330,7 +349,11 @@ def heads(
     ),
     beam: int = typer.Option(1, "--beam", min=1, help="Beam size for BLEU (1 = greedy, fastest)."),
     out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/heads)."),
-    checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    checkpoint: str = typer.Option(
+        "best",
+        "--checkpoint",
+        help="best, last, or averaged (see `mhatrain average`); others than best name their files.",
+    ),
     roles: bool = typer.Option(
         False,
         "--roles",
@@ -340,6 +363,7 @@ def heads(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
+    checkpoint = choice(checkpoint, "--checkpoint", CHECKPOINTS)
     if roles:
         from .head_roles import analyse_roles
 
@@ -354,7 +378,7 @@ def heads(
         max_sentences,
         beam,
         out,
-        choice(checkpoint, "--checkpoint", ("best", "last")),
+        checkpoint,
         set_ or [],
         console,
     )
@@ -444,7 +468,8 @@ def bench(
 def choice(value: str, option: str, choices: tuple[str, ...]) -> str:
     """`value` if it is one of `choices`, else the one-line error."""
     if value not in choices:
-        raise MhatrainError(f"{option} must be {' or '.join(choices)}, got {value!r}")
+        listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+        raise MhatrainError(f"{option} must be {listed}, got {value!r}")
     return value
 
 
@@ -522,8 +547,14 @@ def with_optional_values(args: list[str]) -> list[str]:
 
 
 def main() -> None:
+    _no_type_after_flags()
     try:
-        app(args=with_optional_values(sys.argv[1:]), standalone_mode=False)
+        status = app(args=with_optional_values(sys.argv[1:]), standalone_mode=False)
+        # Typer turns Ctrl-C in a command into the status 130, returned rather than raised
+        if status == INTERRUPTED:
+            err_console.print("interrupted")
+        if isinstance(status, int) and status:
+            sys.exit(status)
     except MhatrainError as exc:
         if _state["debug"]:
             raise
@@ -531,13 +562,13 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except SystemExit:
         raise
     except Exception as exc:  # from outside mhatrain: the option parser's usage errors and aborts, torch's OOM
         usage_errors, aborts = _parser_exceptions()
         if isinstance(exc, aborts):
-            sys.exit(130)
+            sys.exit(INTERRUPTED)
         if type(exc).__name__ == "OutOfMemoryError" and not _state["debug"]:  # training steps skip their own
             _print_error(
                 f"out of GPU memory ({str(exc).splitlines()[0][:120]}); lower train.max_tokens or "
@@ -553,6 +584,22 @@ def main() -> None:
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
         _print_error(" ".join(exc.format_message().split()) + hint)
         sys.exit(exc.exit_code or 2)
+
+
+def _no_type_after_flags() -> None:
+    """Typer ≥ 0.2x writes a type such as `<bool>` after every option in --help, flags included,
+    where a flag takes no value: show none for them."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "flags_untyped", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich.flags_untyped = True
+    TyperOption.display_type_rich = display_type_rich
 
 
 def _print_error(message: str) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +26,11 @@ def _choices(*values: str) -> dict:
 @dataclass
 class ModelConfig:
     d_model: int = 512  # width of every residual stream
-    n_heads: int = 8  # attention heads per layer; d_head = d_model / n_heads
+    n_heads: int = 8  # attention heads per layer
+    d_head: int | None = None  # dimensions per head (d_k = d_v); null = d_model / n_heads, as in the paper
     d_ff: int = 2048  # inner width of the position-wise feed-forward network
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
+    n_encoder_layers: int = 6  # encoder stack depth (the paper's N)
+    n_decoder_layers: int = 6  # decoder stack depth
     dropout: float = 0.1  # on sublayer outputs and embeddings+positions
     attention_dropout: float = 0.0  # on attention probabilities
     norm: str = field(default="post", metadata=_choices("post", "pre"))  # paper: post-LayerNorm
@@ -40,23 +43,23 @@ class DataConfig:
     dataset: str = "bentrevett/multi30k"  # Hugging Face hub id, used when local_dir is null
     dataset_config: str | None = None  # hub config name (e.g. "de-en" for wmt14)
     local_dir: str | None = None  # read {split}.{lang}[.gz] or {split}.jsonl[.gz] from here instead
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    train_split: str = "train"
-    valid_split: str = "validation"
-    test_split: str = "test"
+    src_lang: str = "en"  # source language code: a hub field name, a local file suffix
+    tgt_lang: str = "de"  # target language code
+    train_split: str = "train"  # split names in the source (local files: also their release names)
+    valid_split: str = "validation"  # local files: also found as val, valid or dev
+    test_split: str = "test"  # local files: also found as test_2016_flickr
     max_length: int = 128  # drop training pairs longer than this many subword tokens (either side)
     max_train_examples: int = 0  # 0 = all; >0 keeps the first N pairs (for quick experiments)
     vocab_size: int = 8000  # joint SentencePiece vocabulary
-    tokenizer_type: str = field(default="unigram", metadata=_choices("unigram", "bpe"))
-    character_coverage: float = 1.0
+    tokenizer_type: str = field(default="unigram", metadata=_choices("unigram", "bpe"))  # SentencePiece model type
+    character_coverage: float = 1.0  # share of characters the SentencePiece model must cover
     tokenizer_sample: int = 1_000_000  # sentences sampled to train the tokenizer (0 = all)
     cache_dir: str = "~/.cache/mhatrain"  # where trained tokenizers are cached for reuse
 
 
 @dataclass
 class TrainConfig:
-    seed: int = 1
+    seed: int = 1  # seeds initialisation, dropout and the batch order
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = field(
         default="bf16", metadata=_choices("bf16", "fp16", "fp32")
@@ -67,25 +70,26 @@ class TrainConfig:
     tokens_per_update: int = (
         0  # >0: derive accum_steps per process from processes × max_tokens (excludes accum_steps > 1)
     )
-    max_epochs: int = 20
+    max_epochs: int = 20  # stop after this many passes over the training data
     max_steps: int = 0  # stop after this many updates (0 = no limit)
     lr_factor: float = 1.0  # multiplies the paper's d_model^-0.5 · min(s^-0.5, s·w^-1.5)
-    warmup_steps: int = 4000
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
+    warmup_steps: int = 4000  # updates of linear warm-up before the inverse-square-root decay
+    adam_beta1: float = 0.9  # Adam's β1 (paper: 0.9)
+    adam_beta2: float = 0.98  # Adam's β2 (paper: 0.98)
+    adam_eps: float = 1e-9  # Adam's ε (paper: 1e-9)
+    weight_decay: float = 0.0  # Adam's L2 weight decay (paper: 0)
+    label_smoothing: float = 0.1  # ε_ls of the label-smoothed loss (paper: 0.1)
     clip_norm: float = 0.0  # gradient clipping by global norm (0 = off)
     max_bad_updates: int = 5  # stop after this many updates in a row skipped (non-finite loss, out of memory)
     valid_every: int = 0  # validate every N updates (0 = at the end of each epoch)
     valid_bleu: bool = True  # also decode the validation set and score BLEU
     valid_beam: int = 1  # beam size for validation BLEU (1 = greedy, fastest)
     valid_max_sentences: int = 0  # decode only the first N validation sentences (0 = all)
-    early_stop_metric: str = field(default="bleu", metadata=_choices("bleu", "loss"))
+    early_stop_metric: str = field(default="bleu", metadata=_choices("bleu", "loss"))  # picks best.pt; drives patience
     patience: int = 0  # stop after this many validations without improvement (0 = never)
     checkpoint_every: int = 0  # also save last.pt every N updates (0 = only at validation)
     checkpoint_every_minutes: float = 0.0  # also save last.pt every N minutes of training (0 = off)
+    gpu_checkpoint_minutes: float = 5.0  # on a GPU, checkpoint_every saves at most once per N minutes (0 = no limit)
     keep_checkpoints: int = 0  # keep the weights of the last N checkpoints in snapshots/ (for `average --last`)
     log_every: int = 50  # print a progress line every N updates
     tensorboard: bool = (
@@ -99,10 +103,10 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
-    beam: int = 4
+    beam: int = 4  # beam size (1 = greedy)
     alpha: float = 0.6  # length penalty ((5 + len) / 6) ** alpha, as in the paper
     max_len_a: float = 1.5  # output length limit: a · source_length + b
-    max_len_b: int = 10
+    max_len_b: int = 10  # the b of max_len_a
     batch_tokens: int = 6000  # source-token budget per decoding batch
 
 
@@ -142,8 +146,12 @@ def load_config(
     raw: dict = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"config file not found: {path}")
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a directory, not a YAML file")
+        if not path.is_file():
+            raise ConfigError(f"config file {path} is not a regular file")
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
@@ -163,7 +171,7 @@ def load_config(
     config = _build(raw, source)
     for item in overrides:
         apply_override(config, item)
-    check_config(config, source, check_paths)
+    check_config(config, source, check_paths, overrides)
     if check_paths:
         config.data.local_dir = absolute_local_dir(config.data.local_dir)
     return config
@@ -234,6 +242,9 @@ def _did_you_mean(name: str, options) -> str:
     return f"{hint}; valid: {', '.join(sorted(options))}"
 
 
+FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
 def _coerce(value, f: dataclasses.Field, key: str, source: str):
     """Check `value` against the field's annotated type; ints are accepted where floats are."""
     hint = typing.get_type_hints(_owner_of(f))[f.name]
@@ -243,6 +254,8 @@ def _coerce(value, f: dataclasses.Field, key: str, source: str):
         if optional:
             return None
         raise ConfigError(f"{source}: '{key}' must be {base.__name__}, got null")
+    if base is float and isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-9 (no dot) as a string
     ok = (
         (base is bool and isinstance(value, bool))
         or (base is int and isinstance(value, int) and not isinstance(value, bool))
@@ -253,6 +266,8 @@ def _coerce(value, f: dataclasses.Field, key: str, source: str):
         raise ConfigError(f"{source}: '{key}' must be {base.__name__}, got {type(value).__name__} {value!r}")
     if base is float:
         value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{source}: '{key}' must be a finite number, got {value}")
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
@@ -275,12 +290,19 @@ def heads_divide(d_model: int, n_heads: int) -> bool:
     return d_model % n_heads == 0
 
 
-def check_config(config: Config, source: str, check_paths: bool = True) -> None:
-    """Every rule a config must satisfy; the first one it breaks is a ConfigError naming the key and `source`."""
+def head_size(d_model: int, n_heads: int, d_head: int | None = None) -> int:
+    """d_k = d_v of each head: model.d_head when set, else d_model / n_heads (the paper's rule, which
+    heads_divide checks). The one place that says how wide a head is: attention, reports, FLOP counts."""
+    return d_head if d_head is not None else d_model // n_heads
+
+
+def check_config(config: Config, source: str, check_paths: bool = True, overrides=()) -> None:
+    """Every rule a config must satisfy; the first one it breaks is a ConfigError naming the key and where
+    its value came from: the `--set` among `overrides` that gave it, else `source`."""
     m, d, t, dec = config.model, config.data, config.train, config.decode
 
-    def fail(key: str, message: str):
-        raise ConfigError(f"{source}: '{key}' {message}")
+    def fail(key: str, message: str, *related: str):
+        raise ConfigError(f"{_blame(source, overrides, key, related)}: '{key}' {message}")
 
     positive = {
         "model.d_model": m.d_model,
@@ -311,6 +333,7 @@ def check_config(config: Config, source: str, check_paths: bool = True) -> None:
         "train.checkpoint_every": t.checkpoint_every,
         "train.threads": t.threads,
         "train.checkpoint_every_minutes": t.checkpoint_every_minutes,
+        "train.gpu_checkpoint_minutes": t.gpu_checkpoint_minutes,
         "train.keep_checkpoints": t.keep_checkpoints,
         "train.tokens_per_update": t.tokens_per_update,
         "train.clip_norm": t.clip_norm,
@@ -325,8 +348,10 @@ def check_config(config: Config, source: str, check_paths: bool = True) -> None:
     for key, value in non_negative.items():
         if value < 0:
             fail(key, f"must not be negative, got {value}")
-    if not heads_divide(m.d_model, m.n_heads):
-        fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads}")
+    if m.d_head is not None and m.d_head <= 0:
+        fail("model.d_head", f"must be positive (or null for d_model / n_heads), got {m.d_head}")
+    if m.d_head is None and not heads_divide(m.d_model, m.n_heads):
+        fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads} (or set model.d_head)")
     for key, value in {
         "model.dropout": m.dropout,
         "model.attention_dropout": m.attention_dropout,
@@ -356,12 +381,26 @@ def check_config(config: Config, source: str, check_paths: bool = True) -> None:
     if check_paths and d.local_dir is not None and not Path(d.local_dir).expanduser().is_dir():
         fail("data.local_dir", f"is not a directory: {d.local_dir}")
     if d.max_length + 2 > m.max_positions:
-        fail("model.max_positions", f"must exceed data.max_length + 1 = {d.max_length + 1}, got {m.max_positions}")
+        fail(
+            "model.max_positions",
+            f"must exceed data.max_length + 1 = {d.max_length + 1}, got {m.max_positions}",
+            "data.max_length",
+        )
     from .runtime import is_device_name  # the one rule for device names; imports torch, as the CLI has
 
     device = t.device
     if not is_device_name(device, allow_auto=True):
         fail("train.device", f"must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+def _blame(source: str, overrides, key: str, related: tuple[str, ...]) -> str:
+    """Where a broken rule's values came from: the last `--set` of `key`; else `source`, with the last
+    `--set` of each related key the rule also reads."""
+    last = {item.split("=", 1)[0].strip(): item for item in overrides if "=" in item}
+    if key in last:
+        return f"--set {last[key]}"
+    sets = [last[k] for k in related if k in last]
+    return f"{source} with --set {' --set '.join(sets)}" if sets else source
 
 
 # ----------------------------------------------------------------------------- saving

@@ -13,6 +13,7 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import queue
 import threading
 from dataclasses import dataclass, replace
@@ -71,6 +72,13 @@ def split_name(config: Config, split: str) -> str:
         "validation": config.data.valid_split,
         "test": config.data.test_split,
     }.get(split, split)
+
+
+def check_splits(config: Config, splits) -> None:
+    """Read each of `splits` (train, valid, test or a source's own names) whole, so that a missing or broken
+    file fails before anything trains, not when a long run comes to evaluate on it."""
+    for split in splits:
+        load_split(config.data, split_name(config, split))
 
 
 def load_split(cfg: DataConfig, split: str) -> Corpus:
@@ -175,10 +183,18 @@ def _pair_from_row(row, src_lang: str, tgt_lang: str, where: str) -> tuple[str, 
     return fields[src_lang], fields[tgt_lang]
 
 
+# The hub client's logger of HTTP retries: an unreachable hub is one warning per try (11 lines) before
+# the error, which the one-line DataError below quotes.
+HUB_RETRY_LOGGER = "huggingface_hub.utils._http"
+
+
 def _open_hub(cfg: DataConfig, split: str):
+    retries = logging.getLogger(HUB_RETRY_LOGGER)
+    level = retries.level
     try:
         import datasets
 
+        retries.setLevel(logging.ERROR)
         ds = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=split)
     except Exception as exc:  # the hub raises many types; all mean "cannot load this"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -186,6 +202,8 @@ def _open_hub(cfg: DataConfig, split: str):
             f"cannot load hub dataset '{cfg.dataset}' split '{split}': {first} "
             f"(to train offline, set data.local_dir to a directory of text files)"
         ) from None
+    finally:
+        retries.setLevel(level)
     # Columns are read from the Arrow table itself, which must then be in row order.
     return ds.flatten_indices() if getattr(ds, "_indices", None) is not None else ds
 
@@ -432,24 +450,66 @@ class Batch:
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     indices: list[int]  # positions in the Encoded split
+    # (target tokens, padding cells) counted on the host when the batch is made, so that reading them
+    # later never waits for a device (None: counted on first use)
+    counts: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        if self.counts is None and self.src.device.type == "cpu":
+            tgt_real = int(np.count_nonzero(self.tgt_out.numpy() != PAD))
+            src_pad = int(np.count_nonzero(self.src.numpy() == PAD))
+            self.counts = (tgt_real, src_pad + self.tgt_out.numel() - tgt_real)
+
+    def _counts(self) -> tuple[int, int]:
+        if self.counts is None:  # a batch built on a device: one read
+            tgt_real, src_pad = (int(n) for n in torch.stack([(self.tgt_out != PAD).sum(), (self.src == PAD).sum()]))
+            self.counts = (tgt_real, src_pad + self.tgt_out.numel() - tgt_real)
+        return self.counts
 
     @property
     def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum())
+        return self._counts()[0]
 
     @property
     def padding_cells(self) -> tuple[int, int]:
         """(padding cells, all cells) over source and target tensors."""
-        pad = int((self.src == PAD).sum()) + int((self.tgt_out == PAD).sum())
-        return pad, self.src.numel() + self.tgt_out.numel()
+        return self._counts()[1], self.src.numel() + self.tgt_out.numel()
 
     def to(self, device, non_blocking: bool = False) -> Batch:
         return Batch(
-            *(t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)), self.indices
+            *(t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)),
+            self.indices,
+            self.counts,
         )
 
     def pin_memory(self) -> Batch:
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices)
+        return Batch(
+            self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices, self.counts
+        )
+
+    def padded_to(self, length: int) -> Batch:
+        """The batch with source and target padded on the right to `length` positions (at least their
+        own): padding changes no result (PAD keys are masked, PAD targets are outside the loss), and
+        batches of one padded length share one compiled graph (see bucket_length)."""
+        src, tgt_in, tgt_out = (
+            torch.nn.functional.pad(t, (0, max(0, length - t.size(1))), value=PAD)
+            for t in (self.src, self.tgt_in, self.tgt_out)
+        )
+        return Batch(src, tgt_in, tgt_out, self.indices)
+
+
+def bucket_length(length: int, limit: int) -> int:
+    """The padded length of a batch whose longest side has `length` positions, with train.compile: the
+    next multiple of 16 up to 64, then the next power of two, never above `limit` (the model's
+    max_positions). Few lengths (Multi30k's batches fall in 5), so few graphs to compile, each of which
+    takes tens of seconds; short batches, the common ones, gain at most 15 positions of padding."""
+    padded = -(-length // 16) * 16 if length <= 64 else 1 << (length - 1).bit_length()
+    return max(length, min(padded, limit))
+
+
+def bucket_lengths(limit: int) -> list[int]:
+    """Every length bucket_length can return for lengths up to `limit`."""
+    return sorted({bucket_length(n, limit) for n in range(1, limit + 1)})
 
 
 def batch_indices(lengths, max_tokens: int, seed: int | None = None, epoch: int = 0) -> list[list[int]]:
@@ -484,11 +544,31 @@ def batch_indices(lengths, max_tokens: int, seed: int | None = None, epoch: int 
     return batches
 
 
-def collate(data: Encoded, indices: list[int]) -> Batch:
+def collate(data: Encoded, indices: list[int], bucket_limit: int = 0) -> Batch:
+    """The batch of `indices`; with `bucket_limit` (train.compile: the model's max_positions) source and
+    target padded to one bucket length (bucket_length of the longer side)."""
     src = data.src.padded(indices, PAD, after=EOS)
     tgt_in = data.tgt.padded(indices, PAD, before=BOS)
     tgt_out = data.tgt.padded(indices, PAD, after=EOS)
-    return Batch(*map(torch.from_numpy, (src, tgt_in, tgt_out)), list(indices))
+    batch = Batch(*map(torch.from_numpy, (src, tgt_in, tgt_out)), list(indices))
+    if bucket_limit:
+        batch = batch.padded_to(bucket_length(max(src.shape[1], tgt_in.shape[1]), bucket_limit))
+    return batch
+
+
+def batch_sizes(data: Encoded, batches: list[list[int]], bucket_limit: int = 0) -> tuple[int, int, int]:
+    """(target tokens, padding cells, all cells) of these batches together, as their collated Batches
+    count them (`collate` with the same `bucket_limit`), from the pairs' lengths alone."""
+    tokens = pad = cells = 0
+    for indices in batches:
+        src, tgt = data.src.lengths[indices] + 1, data.tgt.lengths[indices] + 1  # + EOS (BOS)
+        width = int(src.max()) + int(tgt.max())
+        if bucket_limit:
+            width = 2 * bucket_length(max(int(src.max()), int(tgt.max())), bucket_limit)
+        tokens += int(tgt.sum())
+        cells += len(indices) * width
+        pad += len(indices) * width - int(src.sum()) - int(tgt.sum())
+    return tokens, pad, cells
 
 
 def pair_lengths(data: Encoded) -> np.ndarray:

@@ -47,6 +47,20 @@ def source_ids(ids: list[int], max_positions: int) -> list[int]:
     return ids[: max_positions - 2] + [EOS]
 
 
+def cut_warning(sources: list[list[int]], max_positions: int) -> str | None:
+    """The warning for sentences whose ids `source_ids` cuts (none: None): one line with their count."""
+    keep = max_positions - 2
+    cut = sum(len(ids) > keep for ids in sources)
+    if not cut:
+        return None
+    total = len(sources)
+    return (
+        f"warning: {cut} of {total} sentence{'s' if total != 1 else ''} {'is' if cut == 1 else 'are'} longer than "
+        f"the model's {keep} source pieces (model.max_positions={max_positions}): {'it' if cut == 1 else 'each'} "
+        f"was cut to its first {keep} pieces, and its translation covers only that part"
+    )
+
+
 def length_penalty(length: int | torch.Tensor, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -348,7 +362,11 @@ def translate(
     alpha: float | None = None,
     precision: str = "fp32",
     progress=None,
+    warn=None,
 ) -> list[str]:
-    """Raw sentences in, detokenised translations out."""
-    ids = translate_ids(model, tokenizer.encode(sentences), cfg, device, beam, alpha, precision, progress=progress)
+    """Raw sentences in, detokenised translations out. warn: told of sentences cut to the model's length."""
+    sources = tokenizer.encode(sentences)
+    if warn is not None and (message := cut_warning(sources, model.cfg.max_positions)) is not None:
+        warn(message)
+    ids = translate_ids(model, sources, cfg, device, beam, alpha, precision, progress=progress)
     return tokenizer.decode(ids)

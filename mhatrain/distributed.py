@@ -164,6 +164,15 @@ class Group:
         dist.all_reduce(tensor)
         return tuple(tensor.tolist())
 
+    def sum_tensors(self, *tensors: torch.Tensor) -> tuple:
+        """Each 0-d tensor summed over all processes, as tensors on their device (NCCL: nothing waits)."""
+        if not self.launched:
+            return tensors
+        stacked = torch.stack([t.double() for t in tensors]).to(self._comm_device)
+        dist.all_reduce(stacked)
+        stacked = stacked.to(tensors[0].device)
+        return tuple(stacked[i].to(t.dtype) for i, t in enumerate(tensors))
+
     def max(self, value: int) -> int:
         """The largest of the processes' values."""
         if not self.launched:

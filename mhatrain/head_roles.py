@@ -169,7 +169,7 @@ def analyse_roles(
     console: Console | None = None,
 ) -> dict:
     """`mhatrain heads RUN_DIR --roles`: measure, classify, write RUN_DIR/heads/roles-SPLIT.json, print."""
-    from .heads import load_eval_set
+    from .heads import checkpoint_suffix, load_eval_set
     from .runner import load_run
 
     console = console or Console()
@@ -191,7 +191,8 @@ def analyse_roles(
         "counts": role_counts(records),
         "heads": records,
     }
-    path = (Path(out) if out is not None else Path(run_dir) / "heads") / f"roles-{split}.json"
+    name = f"roles-{split}{checkpoint_suffix(checkpoint)}.json"
+    path = (Path(out) if out is not None else Path(run_dir) / "heads") / name
     atomic_write_json(path, report)
     _print_roles(report, console)
     console.print(f"roles: {path}", highlight=False)

@@ -305,7 +305,7 @@ def measure_heads(judge: Judge, console: Console) -> HeadAnalysis:
         each = time.perf_counter() - started
         shown = f"loss {baseline['loss']:.4f}" + (f", BLEU {baseline['bleu']:.2f}" if "bleu" in baseline else "")
         console.print(
-            f"baseline: {shown} ({each:.1f}s; all {total} evaluations: about {total * each / 60:.0f} min)",
+            f"baseline: {shown} ({each:.1f}s; all {total} evaluations: {about(total * each)})",
             highlight=False,
         )
         gradient = judge.gradient_importance()
@@ -327,6 +327,19 @@ NOTES = {
 }
 
 
+def checkpoint_suffix(checkpoint: str) -> str:
+    """What names the files of a checkpoint other than best (`.last`, `.averaged`), as eval names its own:
+    the study report reads the best checkpoint's files, and those of another must not take their place."""
+    return "" if checkpoint == "best" else f".{checkpoint}"
+
+
+def about(seconds: float) -> str:
+    """An estimate of a duration as a person reads it: seconds under a minute and a half, else minutes."""
+    if seconds < 90:
+        return f"about {max(1, round(seconds))} s"
+    return f"about {round(seconds / 60)} min"
+
+
 def analyse_heads(
     run_dir: Path,
     split: str = "valid",
@@ -340,7 +353,7 @@ def analyse_heads(
 ) -> dict:
     """The `mhatrain heads` command: measure, then save JSON and plots and print the tables.
 
-    metric: "bleu" (decode with `beam`; also reports loss) or "loss"; checkpoint: "best" or "last";
+    metric: "bleu" (decode with `beam`; also reports loss) or "loss"; checkpoint: best, last or averaged;
     max_sentences: the first N pairs of the split (0 = all)."""
     from .runner import load_run
 
@@ -410,7 +423,8 @@ def analyse_heads(
         },
     }
     out_dir = Path(out) if out is not None else Path(run_dir) / "heads"
-    paths = [out_dir / f"heads-{split}{suffix}" for suffix in (".json", "-importance.png", "-pruning.png")]
+    stem = f"heads-{split}{checkpoint_suffix(checkpoint)}"
+    paths = [out_dir / f"{stem}{suffix}" for suffix in (".json", "-importance.png", "-pruning.png")]
     atomic_write_json(paths[0], report)
     _plot_heads(report, g, gn, paths[1], paths[2])
     _print_heads(report, console)
@@ -440,7 +454,13 @@ def _plot_heads(report: dict, raw, normalised, importance_path: Path, pruning_pa
         f"head importance — {report['run_dir']} ({report['split']}, {report['sentences']} sentences, "
         f"update {report['update']})"
     )
-    head_heatmaps(rows, importance_path, title, diverging=tuple(r[0].startswith("Δ") for r in rows))
+    head_heatmaps(
+        rows,
+        importance_path,
+        title,
+        diverging=tuple(r[0].startswith("Δ") for r in rows),
+        lower_is_important=tuple(r[0].startswith("ΔBLEU") for r in rows),  # masking an important head lowers BLEU
+    )
     metric = report["metric"]
     curves = {g: [(p["fraction"], p[metric]) for p in c["points"]] for g, c in report["pruning"].items()}
     sizes = {g: c["heads"] for g, c in report["pruning"].items()}

@@ -25,6 +25,7 @@ def atomic_write(path: Path, write: Callable[[object], None], binary: bool = Fal
     except OSError as exc:
         raise MhatrainError(f"cannot write to {path.parent}: {exc.strerror}") from None
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it private; open() would follow the umask
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
@@ -37,6 +38,20 @@ def atomic_write(path: Path, write: Callable[[object], None], binary: bool = Fal
             raise
         raise MhatrainError(f"cannot write {path}: {cause.strerror or cause}") from None
     _fsync_dir(path.parent)
+
+
+def current_umask() -> int:
+    """The process's umask: from /proc where there is one, else by setting it and putting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str) -> None:

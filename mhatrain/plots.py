@@ -9,11 +9,13 @@ Shape legend: L layers · H heads · Tq query length · Tk key length.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
 
 from .curves import TRAIN_LOSS_WINDOW
@@ -27,6 +29,15 @@ def _save(fig: Figure, path: Path, width_in: float, height_in: float) -> None:
     dpi = max(30, min(110, int(MAX_PIXELS / max(width_in, height_in))))
     FigureCanvasAgg(fig)
     atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=dpi), binary=True)
+
+
+def wrap_title(text: str, width_in: float, font_pt: float) -> str:
+    """text broken into lines that fit width_in inches at font_pt points (a long sentence in a title)."""
+    chars = max(20, int((width_in - 0.3) * 72 / (font_pt * 0.62)))  # 0.62 em: a generous mean glyph width
+    lines = []
+    for paragraph in text.split("\n"):
+        lines += textwrap.wrap(paragraph, chars, break_long_words=True, break_on_hyphens=False) or [""]
+    return "\n".join(lines)
 
 
 def _label_step(n_labels: int, span_pt: float, min_font: float = 4.0) -> tuple[int, float]:
@@ -55,8 +66,24 @@ def attention_grid(
     """One heatmap per head in a layers × heads grid; maps: [L, H, Tq, Tk] probabilities.
 
     Every cell uses the same 0..1 colour scale so heads can be compared. Token labels sit on the
-    left column (queries) and the bottom row (keys); all cells share them.
+    left column (queries) and the bottom row (keys); all cells share them. A long title (a long
+    sentence and its translation) is wrapped to the figure's width.
     """
+    fig, width, height = attention_grid_figure(
+        maps, layer_numbers, query_labels, key_labels, title, query_name, key_name
+    )
+    _save(fig, path, width, height)
+
+
+def attention_grid_figure(
+    maps: np.ndarray,
+    layer_numbers: list[int],
+    query_labels: list[str],
+    key_labels: list[str],
+    title: str,
+    query_name: str = "query",
+    key_name: str = "key",
+) -> tuple[Figure, float, float]:
     maps = np.asarray(maps, dtype=np.float32)
     if maps.ndim != 4:
         raise ValueError(f"attention maps must be [L, H, Tq, Tk], got shape {maps.shape}")
@@ -71,8 +98,11 @@ def attention_grid(
     char_in = 0.6 / 72  # approximate width of one character per point of font size
     left = 0.45 + max(map(len, query_labels)) * q_font * char_in + 0.25
     bottom = 0.3 + max(map(len, key_labels)) * k_font * char_in
-    top, right, gap = 0.75, 0.9, 0.06 + 0.02 * cell
+    right, gap = 0.9, 0.06 + 0.02 * cell
     width = left + H * cell + (H - 1) * gap + right
+    title_font = float(np.clip(cell * 6, 6, 11))  # of the head and layer labels
+    suptitle = wrap_title(f"{title}\nrows: {query_name} · columns: {key_name}", width, 11)
+    top = 0.15 + (suptitle.count("\n") + 1) * 11 * 1.3 / 72 + title_font * 2 / 72  # title lines, then head labels
     height = top + L * cell + (L - 1) * gap + bottom
 
     fig = Figure(figsize=(width, height))
@@ -85,7 +115,6 @@ def attention_grid(
         wspace=gap / cell,
         hspace=gap / cell,
     )
-    title_font = float(np.clip(cell * 6, 6, 11))
     image = None
     for row in range(L):
         for col in range(H):
@@ -105,21 +134,51 @@ def attention_grid(
                 ax.set_xticks([])
             if row == 0:
                 ax.set_title(f"head {col + 1}", fontsize=title_font)
-    fig.suptitle(f"{title}\nrows: {query_name} · columns: {key_name}", fontsize=11)
+    fig.suptitle(suptitle, fontsize=11, y=1 - 0.1 / height, va="top")
     cax = fig.add_axes([1 - (right - 0.25) / width, bottom / height, 0.15 / width, (L * cell) / height])
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
-    _save(fig, path, width, height)
+    return fig, width, height
 
 
 def head_heatmaps(
-    rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str, diverging: tuple[bool, ...] | None = None
+    rows: list[tuple[str, dict[str, np.ndarray]]],
+    path: Path,
+    title: str,
+    diverging: tuple[bool, ...] | None = None,
+    lower_is_important: tuple[bool, ...] | None = None,
 ) -> None:
     """A grid of [L, H] heatmaps: one row per measure, one column per attention kind.
 
     rows: (measure name, {kind: [L, H] values}); kinds may have different layer counts.
     diverging[i]: colour row i symmetrically around 0 (for changes that can have either sign).
-    Values are written into the cells when there are few enough of them to read.
+    lower_is_important[i]: in row i a lower value marks a more important head (a fall in BLEU).
+    Red means "this head matters more" in every row, and every panel of a row shares one colour
+    scale, so kinds compare. Values are written into the cells when there are few enough to read.
     """
+    fig, width, height = head_heatmaps_figure(rows, title, diverging, lower_is_important)
+    _save(fig, path, width, height)
+
+
+def heatmap_scale(values: list[np.ndarray], diverging: bool, lower_is_important: bool) -> tuple[str, float, float]:
+    """(colour map, vmin, vmax) shared by every panel of a row: red at the important end, blue where masking helps."""
+    finite = np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values])
+    finite = finite[np.isfinite(finite)]
+    if diverging:
+        bound = float(np.abs(finite).max()) if finite.size else 1.0
+        bound = bound or 1.0
+        return ("RdBu" if lower_is_important else "RdBu_r"), -bound, bound
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    low = min(low, 0.0) if not lower_is_important else low
+    high = high if high > low else low + 1.0
+    return ("Reds_r" if lower_is_important else "Reds"), low, high
+
+
+def head_heatmaps_figure(
+    rows: list[tuple[str, dict[str, np.ndarray]]],
+    title: str,
+    diverging: tuple[bool, ...] | None = None,
+    lower_is_important: tuple[bool, ...] | None = None,
+) -> tuple[Figure, float, float]:
     kinds = list(rows[0][1])
     shapes = {kind: np.asarray(rows[0][1][kind]).shape for kind in kinds}
     max_layers = max(s[0] for s in shapes.values())
@@ -128,24 +187,25 @@ def head_heatmaps(
     map_w, map_h = max(2.0, 0.3 * H), max(0.8, 0.3 * max_layers)
     left, right, top, bottom = 0.6, 0.85, 0.35, 0.55
     panel_w, panel_h = left + map_w + right, top + map_h + bottom
-    header = 0.45
-    width, height = panel_w * len(kinds), panel_h * len(rows) + header
+    width = panel_w * len(kinds)
+    suptitle = wrap_title(
+        f"{title}\nred: the head matters more · blue: masking it helps · one colour scale per row",
+        width,
+        10,
+    )
+    header = 0.2 + (suptitle.count("\n") + 1) * 10 * 1.3 / 72
+    height = panel_h * len(rows) + header
     fig = Figure(figsize=(width, height))  # placed by hand: layout engines are slow with many axes
     for r, (measure, values) in enumerate(rows):
-        symmetric = bool(diverging and diverging[r])
+        cmap, vmin, vmax = heatmap_scale(
+            list(values.values()), bool(diverging and diverging[r]), bool(lower_is_important and lower_is_important[r])
+        )
         for c, kind in enumerate(kinds):
             x0, y0 = c * panel_w + left, height - header - r * panel_h - top - map_h
             ax = fig.add_axes((x0 / width, y0 / height, map_w / width, map_h / height))
-            cax = fig.add_axes(((x0 + map_w + 0.1) / width, y0 / height, 0.12 / width, map_h / height))
             data = np.asarray(values[kind], dtype=np.float64)
             L, Hk = data.shape
-            finite = data[np.isfinite(data)]
-            if symmetric:
-                bound = float(np.abs(finite).max()) if finite.size else 1.0
-                bound = bound or 1.0
-                image = ax.imshow(data, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-            else:
-                image = ax.imshow(data, cmap="viridis", aspect="auto")
+            image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
             head_step = max(1, int(np.ceil(Hk / 16)))
             ax.set_xticks(range(0, Hk, head_step), [str(h + 1) for h in range(0, Hk, head_step)], fontsize=7)
             ax.set_yticks(range(L), [str(layer + 1) for layer in range(L)], fontsize=7)
@@ -164,9 +224,18 @@ def head_heatmaps(
                             fontsize=6,
                             color=_text_colour(image.cmap(image.norm(value))),
                         )
-            fig.colorbar(image, cax=cax).ax.tick_params(labelsize=6)
-    fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
-    _save(fig, path, width, height)
+            if c == len(kinds) - 1:  # one scale per row, so one colour bar
+                cax = fig.add_axes(((x0 + map_w + 0.1) / width, y0 / height, 0.12 / width, map_h / height))
+                fig.colorbar(image, cax=cax).ax.tick_params(labelsize=6)
+                if lower_is_important and lower_is_important[r]:
+                    cax.invert_yaxis()  # red, the important end, on top in every row
+    fig.suptitle(
+        suptitle,
+        fontsize=10,
+        y=1 - 0.12 / height,
+        va="top",
+    )
+    return fig, width, height
 
 
 def _text_colour(rgba) -> str:
@@ -202,39 +271,66 @@ def pruning_plot(
     _save(fig, path, 6.4, 4.4)
 
 
-def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
-    """Measures against the number of heads h (log₂ axis): ours with error bars over seeds, the paper's beside.
+def head_count_plot(panels: list[dict], path: Path, title: str, baseline: int) -> None:
+    """Differences to h = baseline against the number of heads h (log₂ axis), ours and the paper's on one axis.
 
-    panels: one per measure, each {"label": y label of ours, "ours": {h: [one value per seed]},
-    "paper": {h: value}, "paper_label": y label of the paper's values}. The paper's values go on a
-    second y axis: they come from another data set and model size, so the shapes compare, the levels do not.
+    panels: one per measure, each {"label": the measure, "ours": {h: [one value per seed]}, "paper": {h: value},
+    "paper_label": what the paper measured}. Both are drawn as the difference to their own value at h = baseline
+    (ours: the mean over its seeds) on one shared y axis, so an effect of one BLEU is as tall for the paper as
+    for us; the levels themselves (another data set and model size) are in the legend.
     """
-    width, height = 5.6 * len(panels), 4.4
+    fig, width, height = head_count_figure(panels, title, baseline)
+    _save(fig, path, width, height)
+
+
+def head_count_figure(panels: list[dict], title: str, baseline: int) -> tuple[Figure, float, float]:
+    width, height = 5.6 * len(panels), 4.6
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels):
         ours, paper = panel["ours"], panel.get("paper") or {}
         head_counts = sorted(set(ours) | set(paper))
-        handles = []
-        if ours:
+        ax.axhline(0.0, color="grey", linewidth=0.8, zorder=0)
+        if ours and baseline in ours:
+            zero = float(np.mean(ours[baseline]))
             hs = sorted(ours)
-            means = [float(np.mean(ours[h])) for h in hs]
-            stds = [float(np.std(ours[h], ddof=1)) if len(ours[h]) > 1 else 0.0 for h in hs]
             for h in hs:  # every seed, faint, behind the mean
-                ax.scatter([h] * len(ours[h]), ours[h], s=12, color="tab:blue", alpha=0.35, linewidths=0)
-            handles.append(
-                ax.errorbar(
-                    hs, means, yerr=stds, marker="o", capsize=4, color="tab:blue", label="ours: mean ± std over seeds"
+                ax.scatter([h] * len(ours[h]), np.subtract(ours[h], zero), s=14, color="tab:blue", alpha=0.4, lw=0)
+            ax.errorbar(
+                hs,
+                [float(np.mean(ours[h])) - zero for h in hs],
+                yerr=[float(np.std(ours[h], ddof=1)) if len(ours[h]) > 1 else 0.0 for h in hs],
+                marker="o",
+                capsize=4,
+                color="tab:blue",
+                label=(
+                    "ours: mean ± sd over seeds, dots: seeds"
+                    if any(len(v) > 1 for v in ours.values())
+                    else "ours: one seed per h"
                 )
+                + f" (h={baseline}: {zero:.2f})",
             )
-        ax.set_ylabel(panel["label"], color="tab:blue")
-        if paper:
-            twin = ax.twinx()
+        elif ours:
+            ax.text(
+                0.5,
+                0.5,
+                f"no finished h={baseline} run yet",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="grey",
+            )
+        if paper and baseline in paper:
             ps = sorted(paper)
-            handles += twin.plot(
-                ps, [paper[h] for h in ps], marker="s", linestyle="--", color="tab:orange", label="paper, Table 3 (A)"
+            ax.plot(
+                ps,
+                [paper[h] - paper[baseline] for h in ps],
+                marker="s",
+                linestyle="--",
+                color="tab:orange",
+                label=f"{panel.get('paper_label', 'paper')} (h={baseline}: {paper[baseline]:g})",
             )
-            twin.set_ylabel(panel.get("paper_label", "paper"), color="tab:orange")
+        ax.set_ylabel(f"{panel['label']}: difference to h={baseline}")
         ax.set_xscale("log", base=2)
         if head_counts:
             ax.set_xticks(head_counts, [str(h) for h in head_counts])
@@ -242,22 +338,22 @@ def head_count_plot(panels: list[dict], path: Path, title: str) -> None:
         ax.minorticks_off()
         ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
         ax.grid(alpha=0.3)
-        if handles:  # below the axes: the two y axes share the area inside
-            ax.legend(
-                handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False
-            )
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
         if not ours:
             ax.text(0.5, 0.5, "no finished runs yet", transform=ax.transAxes, ha="center", va="center", color="grey")
     fig.suptitle(title, fontsize=10)
-    _save(fig, path, width, height)
+    return fig, width, height
 
 
 CURVE_PANELS = (
     ("valid_bleu", "validation BLEU (greedy)", "linear"),
     ("valid_ppl", "validation perplexity", "log"),
-    ("train_loss", f"training loss (label-smoothed; mean of {TRAIN_LOSS_WINDOW} logged updates)", "linear"),
+    ("train_loss", f"training loss, label-smoothed\n(mean of {TRAIN_LOSS_WINDOW} logged updates)", "linear"),
 )
-CURVE_ZOOM = 4.0  # perplexity and loss axes end at this multiple of their lowest value: the plateau stays readable
+# Perplexity and loss fall steeply at first: their axes end at this multiple of the lowest value drawn so the
+# plateau stays readable, but never below the second half of any line, so no run's line leaves the axes.
+CURVE_ZOOM = {"valid_ppl": 4.0, "train_loss": 2.0}
 
 
 def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Path, title: str) -> None:
@@ -266,18 +362,27 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
     groups: per h (from curves.group_by_heads) a mean line with a band over seeds; None draws one
     line per run (curves: curves.Curve). A cross marks each run's best checkpoint.
     """
-    width, height = 5.2 * len(CURVE_PANELS), 4.2
+    fig, width, height = learning_curves_figure(groups, curves, title)
+    _save(fig, path, width, height)
+
+
+def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: str) -> tuple[Figure, float, float]:
+    width, height = 5.2 * len(CURVE_PANELS), 4.4
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, len(CURVE_PANELS), squeeze=False)[0]
     cmap = matplotlib_colormap(len(groups) if groups is not None else len(curves))
     for ax, (key, label, scale) in zip(axes, CURVE_PANELS):
+        lines: list[list[float]] = []  # every drawn series, for the zoom
         if groups is not None:
             for i, (h, group) in enumerate(groups.items()):
                 band = group[key]
                 n = len(group["seeds"])
                 ax.plot(band["steps"], band["mean"], color=cmap[i], label=f"h={h} ({n} seed{'s' if n > 1 else ''})")
-                if n > 1:
-                    ax.fill_between(band["steps"], band["low"], band["high"], color=cmap[i], alpha=0.2, linewidth=0)
+                lines.append(band["mean"])
+                if n > 1:  # the band's edges, not a fill: overlapping fills blend into one colour
+                    for edge in (band["low"], band["high"]):
+                        ax.plot(band["steps"], edge, color=cmap[i], linewidth=0.6, alpha=0.6, linestyle=(0, (4, 2)))
+                    lines += [band["low"], band["high"]]
                 if key != "train_loss":
                     best = [b for b in group["best"] if b is not None]
                     index = 1 if key == "valid_bleu" else 2
@@ -287,6 +392,7 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
                 steps = curve.train_steps if key == "train_loss" else curve.valid_steps
                 values = curve.train_loss_smoothed() if key == "train_loss" else getattr(curve, key)
                 ax.plot(steps, values, color=cmap[i], label=curve.name)
+                lines.append(values)
                 best = curve.best()
                 if best is not None and key != "train_loss":
                     ax.scatter(
@@ -296,20 +402,35 @@ def learning_curves_plot(groups: dict[int, dict] | None, curves: list, path: Pat
         if scale == "log":  # plain numbers (5, 6, 10, 20), not 6×10⁰
             ax.yaxis.set_major_formatter(ScalarFormatter())
             ax.yaxis.set_minor_formatter(ScalarFormatter())
-        if key != "valid_bleu":
-            low = min((v for line in ax.get_lines() for v in line.get_ydata() if v is not None), default=None)
-            if low is not None and low > 0:
-                ax.set_ylim(
-                    top=min(ax.get_ylim()[1], CURVE_ZOOM * low)
-                    if key == "valid_ppl"
-                    else min(ax.get_ylim()[1], 2.0 * low)
-                )
+        if key in CURVE_ZOOM:
+            top = zoom_top(lines, CURVE_ZOOM[key])
+            if top is not None:
+                ax.set_ylim(top=min(ax.get_ylim()[1], top))
         ax.set_xlabel("update")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(title + "  (× best checkpoint)", fontsize=10)
-    _save(fig, path, width, height)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if groups is not None and any(len(g["seeds"]) > 1 for g in groups.values()):
+        handles.append(Line2D([], [], color="grey", linewidth=0.6, linestyle=(0, (4, 2))))
+        labels.append("spread over seeds: ± sd (min–max of two)")
+    handles.append(Line2D([], [], marker="x", linestyle="none", color="black"))
+    labels.append("best checkpoint")
+    axes[0].legend(handles, labels, fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    return fig, width, height
+
+
+def zoom_top(lines: list[list[float | None]], factor: float) -> float | None:
+    """Upper y limit: factor × the lowest value drawn, raised to show the second half of every line in full."""
+    values = [[v for v in line if v is not None] for line in lines]
+    values = [line for line in values if line]
+    if not values:
+        return None
+    low = min(min(line) for line in values)
+    if low <= 0:
+        return None
+    tails = max(max(line[len(line) // 2 :]) for line in values)
+    return max(factor * low, tails * 1.05)
 
 
 def matplotlib_colormap(n: int) -> list:

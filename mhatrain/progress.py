@@ -32,8 +32,13 @@ class TrainDisplay:
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
 
-    def advance(self, step: int, stats: dict) -> None:
-        self.progress.update(self.task, completed=step, loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}")
+    def advance(self, step: int, stats: dict | None = None) -> None:
+        """Move the bar to `step`; with an update's statistics (once training has read them), show its
+        loss and learning rate too."""
+        if stats is None:
+            self.progress.update(self.task, completed=step)
+        else:
+            self.progress.update(self.task, completed=step, loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}")
 
     def log(self, record: dict) -> None:
         if record["kind"] == "train":

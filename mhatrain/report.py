@@ -1,11 +1,14 @@
-"""The head-count study's report: statistics per h over seeds, paired bootstrap tests against h=8,
-and the paper's Table 3 (A) and the explainer article's claim beside our numbers.
+"""The head-count study's report: statistics per h over seeds, a test of each h against h=8 over seeds
+and test sentences (mhatrain.significance), and the paper's Table 3 (A) and the explainer article's
+claim beside our numbers.
 
 Every number is read from the run directories, so a report works on a partial study and on run
 directories that a cluster filled by running the commands of `mhatrain ablate --dry-run`:
-    config.yaml                     h (model.n_heads), d_model, decode.beam
+    config.yaml                     h (model.n_heads), d_model, decode.beam, train.precision
+    provenance.json                 the device that trained the run (GPU, or CPU model)
     train_summary.json              parameters, updates, training time, target tokens/s
-    metrics.jsonl                   validation perplexity at the update of the best checkpoint
+    metrics.jsonl                   validation perplexity at the update of the best checkpoint, and the
+                                    update with the lowest validation loss (the study's measure: MEASURE)
     eval/valid.beamK.json           validation BLEU (whole validation set, beam K = decode.beam)
     eval/test.beamK.json, .hyp.txt  test BLEU and chrF; the hypotheses feed the bootstrap
 Outputs, next to the runs: report.md, report.csv (one row per h), report-runs.csv (one row per
@@ -22,14 +25,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from . import provenance
 from .checkpoint import CONFIG_FILE, METRICS_FILE, eval_path, read_eval, read_summary
+from .config import head_size
 from .curves import group_by_heads, read_curve, study_runs
 from .errors import MhatrainError
 from .io import atomic_write_json, atomic_write_text, portable_text, read_json, read_jsonl
+from .lengths import length_analysis
+from .lengths import to_markdown as lengths_markdown
+from .lengths import write_csv as write_lengths_csv
 from .significance import BOOTSTRAP_SAMPLES, seed_interval
 from .study import (
     EVAL_SPLITS,
@@ -88,6 +96,9 @@ class RunRecord:
     beam: int | None = None
     bleu_signature: str | None = None
     test_hypotheses: str | None = None  # relative to the study directory
+    loss_selected_update: int | None = None  # the validation with the lowest validation loss (metrics.jsonl)
+    precision: str | None = None  # train.precision of config.yaml
+    device: str | None = None  # what trained it, from provenance.json: the GPU, or the CPU model
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,11 +115,14 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     if model.get("n_heads") not in (None, point.heads):
         record.notes.append(f"config.yaml has n_heads={model.get('n_heads')}, not {point.heads} as its name says")
     if model.get("d_model"):
-        record.d_head = model["d_model"] // point.heads
+        record.d_head = head_size(model["d_model"], point.heads, model.get("d_head"))
     record.beam = decode.get("beam")
+    record.precision = (config.get("train") or {}).get("precision")
+    record.device = _training_device(run_dir)
     record.status = run_state(run_dir, record.beam)
     summary = read_summary(run_dir)
     valid_records = [r for r in read_jsonl(run_dir / METRICS_FILE) if r.get("kind") == "valid"]
+    record.loss_selected_update = loss_selected_update(valid_records)
     if summary is None:  # laid out by `ablate` (config.yaml only), or training
         record.updates = valid_records[-1]["step"] if valid_records else None
         return record
@@ -134,6 +148,43 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
     return record
 
 
+MEASURE = {
+    "name": "loss-selected checkpoint",
+    "text": "test BLEU of the checkpoint with the lowest validation loss (train.early_stop_metric: loss; the last "
+    "checkpoint at the fixed budget whenever the loss still falls). A checkpoint chosen by the noisy greedy "
+    "validation BLEU can be picked early by chance and biases a comparison; the validation loss ranks "
+    "checkpoints smoothly. Points whose evaluated checkpoint is another one are left out of the tests.",
+}
+
+
+def loss_selected_update(valid_records: list[dict]) -> int | None:
+    """The update of the first validation with the lowest validation loss (what early_stop_metric=loss
+    keeps as best.pt); None without validations."""
+    scored = [r for r in valid_records if isinstance(r.get("valid_loss"), (int, float)) and r.get("step") is not None]
+    return min(scored, key=lambda r: (r["valid_loss"], r["step"]))["step"] if scored else None
+
+
+def measured_as_chosen(run: RunRecord) -> bool:
+    """Whether the run's evaluated checkpoint is the loss-selected one (the study's measure, MEASURE)."""
+    return run.updates is not None and run.updates == run.loss_selected_update
+
+
+def _training_device(run_dir: Path) -> str | None:
+    """The device of the run's training sessions: the GPU's name, or the CPU model ('+'-joined if they differ)."""
+    found = []
+    for entry in provenance.read_sessions(run_dir):
+        env = entry.get("environment") or {}
+        name = env.get("device_name") if env.get("device") not in (None, "cpu") else env.get("cpu") or "cpu"
+        if name and name not in found:
+            found.append(name)
+    return " + ".join(found) if found else None
+
+
+def factor_of(run: RunRecord) -> str:
+    """Precision and device of a run, as one label ('bf16 · AMD EPYC')."""
+    return f"{run.precision or 'precision unknown'} · {run.device or 'device unknown'}"
+
+
 def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     """The study's grid (recorded, plus any run directories found) and a record for every point."""
     study_dir = Path(study_dir)
@@ -155,6 +206,7 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
         "heads": sorted({p.heads for p in points}),
         "seeds": seeds_order,
         "d_model": (base.get("model") or {}).get("d_model"),
+        "d_head": (base.get("model") or {}).get("d_head"),  # set: a head size independent of h
         "config": portable_text(recorded["config"], Path.cwd()) if recorded.get("config") else None,
         "overrides": recorded.get("overrides", []),
         "code": recorded.get("code") or [],
@@ -166,7 +218,7 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
         if run.d_head is None and grid["d_model"]:
-            run.d_head = grid["d_model"] // run.heads
+            run.d_head = head_size(grid["d_model"], run.heads)
     return grid, runs
 
 
@@ -200,39 +252,60 @@ def _test_references(study_dir: Path, runs: list[RunRecord]) -> tuple[list[str] 
 LEVEL = 0.05  # the verdict's significance level (Holm-adjusted p)
 
 SIGNIFICANCE_METHOD = {
-    "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
-    "covers test-sentence noise only; Holm–Bonferroni over the h of each seed",
-    "seed_averaged": "paired bootstrap over test sentences of the seed-averaged BLEU difference (the same resampled "
-    "test sets for every seed), two-sided and centred; covers the test-sentence noise of the "
-    "average, not the variance between seeds",
-    "seed_t_test": "paired t-test over the per-seed differences (seed s of h against seed s of h=8), two-sided, "
-    "df = seeds − 1; covers the variance between seeds, not test-sentence noise",
+    "verdict_test": "h × seed-block test of each h against h=8 on the test set: corpus BLEU of every trained system = "
+    "effect of h + effect of seed + residual, fitted by least squares; the variance of Δ is the residual variance "
+    "pooled over every h (seed noise and the test-sentence noise particular to each trained model) plus the "
+    "test-sentence noise shared by the seeds of each h (covariance between different seeds' Δ over resampled "
+    "test sets); two-sided t-test with the residual degrees of freedom (analytic p, no resampling floor)",
     "correction": "Holm–Bonferroni over the comparisons against h=8 (raw and adjusted p reported)",
-    "verdict": f"'better' or 'worse' only where the Holm-adjusted p of the seed-averaged bootstrap is < {LEVEL} and "
-    "the mean difference exceeds the seed spread (the larger standard deviation over seeds of the two "
-    "h); otherwise 'no detectable difference' (always so with one seed: its spread is unknown)",
+    "verdict": f"'better' or 'worse' only where the Holm-adjusted p of the h × seed-block test is < {LEVEL}; "
+    "otherwise 'no detectable difference' (always so with one seed per h: no residual degrees of freedom)",
+    "trend": "slope of BLEU against log2 h (BLEU per doubling of h): the least-squares line through the h effects "
+    "of the same model, with the same noise terms; two-sided, not part of the Holm family",
+    "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
+    "covers test-sentence noise only (whether those two trained models differ, not whether the h do); "
+    "Holm–Bonferroni over the h of each seed; not used by the verdict",
+    "calibration": "simulated null studies with seed and sentence noise of the observed size (mhatrain/calibration.py, "
+    "scripts/calibrate.py, docs/ablation.md): the verdict's false-positive rate stays below 0.05",
 }
 
 
 def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTSTRAP_SAMPLES) -> tuple[dict, list[str]]:
-    """Test each h against h=8 on the test set: per seed, over seeds (bootstrap of the seed average and
-    paired t-test of the per-seed differences), Holm-adjusted; and the wording the numbers allow."""
+    """Test each h against h=8 on the test set over seeds and test sentences (h × seed-block test,
+    Holm-adjusted), the trend against log2 h, and each seed on its own (paired bootstrap)."""
     from . import significance as S
 
     result = {
         "method": SIGNIFICANCE_METHOD,
-        "samples": n_samples,
+        "measure": MEASURE["name"],
+        "samples": n_samples,  # of the per-seed bootstrap
+        "sentence_samples": S.SENTENCE_SAMPLES,  # behind the verdict's shared sentence variance
         "bootstrap_seed": S.BOOTSTRAP_SEED,
         "per_seed": [],
         "seed_level": [],
+        "trend": None,
+        "left_out": [],
     }
-    done = {(r.heads, r.seed): r for r in runs if r.status == "done" and r.test_hypotheses}
+    finished = [r for r in runs if r.status == "done" and r.test_hypotheses]
+    left_out = [r for r in finished if not measured_as_chosen(r)]
+    notes = []
+    if left_out:
+        result["left_out"] = [r.name for r in left_out]
+        notes.append(
+            "left out of the tests, their evaluated checkpoint not the loss-selected one (the study's measure): "
+            + ", ".join(
+                f"{r.name} (evaluated update {_num(r.updates)}, lowest validation loss at "
+                f"{_num(r.loss_selected_update)})"
+                for r in left_out
+            )
+        )
+    done = {(r.heads, r.seed): r for r in finished if measured_as_chosen(r)}
     if not any(h == BASELINE_HEADS for h, _ in done) or all(h == BASELINE_HEADS for h, _ in done):
-        return result, []
+        return result, notes
     references, problem = _test_references(study_dir, runs)
     if references is None:
-        return result, [problem]
-    stats, notes = {}, []
+        return result, [*notes, problem]
+    stats = {}
     for key, run in done.items():
         hyps = _lines(study_dir / run.test_hypotheses)
         if len(hyps) != len(references):
@@ -242,13 +315,67 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
             )
             continue
         stats[key] = S.sentence_statistics(hyps, references)
-    indices = S.resample_indices(len(references), n_samples)
-    baseline_seeds = sorted(seed for h, seed in stats if h == BASELINE_HEADS)
-    others = sorted({h for h, _ in stats if h != BASELINE_HEADS})
+    result["per_seed"] = _per_seed_tests(S, stats, done, S.resample_indices(len(references), n_samples))
+    cells = sorted(stats)
+    if not any(h == BASELINE_HEADS for h, _ in cells) or all(h == BASELINE_HEADS for h, _ in cells):
+        return result, notes
+    stacked = np.stack([stats[c] for c in cells])
+    bleu = S.bleu_from_sums(stacked.sum(axis=1))
+    tests = S.head_count_tests(
+        cells, bleu, S.resampled_bleus(stacked, S.resample_counts(len(references), S.SENTENCE_SAMPLES)), BASELINE_HEADS
+    )
+    factors = {h: _factor_counts([done[c] for c in cells if c[0] == h]) for h in {h for h, _ in cells}}
+    for h, test in tests.against_baseline.items():
+        seeds = sorted(s for g, s in cells if g == h)
+        level = {
+            "heads": h,
+            "seeds": seeds,
+            "baseline_seeds": sorted(s for g, s in cells if g == BASELINE_HEADS),
+            "mean_difference": None if test is None else round(test.estimate, 4),
+            "ci95": None if test is None else [round(v, 4) for v in test.interval],
+            "std_error": None if test is None else round(test.std_error, 4),
+            "df": tests.df,
+            "p_value": None if test is None else round(test.p_value, 4),
+            "p_adjusted": None if tests.adjusted[h] is None else round(tests.adjusted[h], 4),
+            "model_variance": None if test is None else round(test.model_variance, 4),
+            "shared_sentence_variance": None if test is None else round(test.shared_variance, 4),
+            "verdict": S.verdict(test, tests.adjusted[h], LEVEL),
+            "factors": factors[h],
+            "baseline_factors": factors[BASELINE_HEADS],
+        }
+        if test is None:  # one seed per h: no residual to test against; Δ is still the paired difference
+            pairs = [
+                bleu[cells.index((h, s))] - bleu[cells.index((BASELINE_HEADS, s))]
+                for s in seeds
+                if (BASELINE_HEADS, s) in cells
+            ]
+            level["mean_difference"] = round(float(np.mean(pairs)), 4) if pairs else None
+        counts = f"h={h}: {_factor_text(factors[h])}; h={BASELINE_HEADS}: {_factor_text(factors[BASELINE_HEADS])}"
+        if set(factors[h]) != set(factors[BASELINE_HEADS]):
+            level["factor_note"] = f"precision · device differ between the two h ({counts}): Δ may mix h with them"
+        elif len(factors[h]) > 1:
+            level["factor_note"] = f"precision · device vary within both h ({counts}): compare their shares"
+        result["seed_level"].append(level)
+    if tests.trend is not None:
+        result["trend"] = {
+            "heads": sorted({h for h, _ in cells}),
+            "slope_per_doubling": round(tests.trend.estimate, 4),
+            "ci95": [round(v, 4) for v in tests.trend.interval],
+            "std_error": round(tests.trend.std_error, 4),
+            "df": tests.trend.df,
+            "p_value": round(tests.trend.p_value, 6),
+        }
+    result["residual_sd"] = None if tests.residual_sd is None else round(tests.residual_sd, 4)
+    result["df"] = tests.df
+    return result, notes
 
-    for seed in baseline_seeds:  # one family per seed
+
+def _per_seed_tests(S, stats: dict, done: dict, indices) -> list[dict]:
+    """Each h against h=8 of the same seed (paired bootstrap, sentence noise only), Holm within the seed."""
+    out = []
+    for seed in sorted(s for h, s in stats if h == BASELINE_HEADS):
         tests = []
-        for h in others:
+        for h in sorted({h for h, _ in stats if h != BASELINE_HEADS}):
             if (h, seed) in stats:
                 test = S.paired_bootstrap([stats[h, seed]], [stats[BASELINE_HEADS, seed]], indices)
                 tests.append(
@@ -266,50 +393,19 @@ def significance(study_dir: Path, runs: list[RunRecord], n_samples: int = BOOTST
                 )
         for test, adjusted in zip(tests, S.holm([t["p_value"] for t in tests])):
             test["p_holm"] = round(adjusted, 4)
-        result["per_seed"] += tests
-
-    levels = []
-    for h in others:
-        seeds = [seed for seed in baseline_seeds if (h, seed) in stats]
-        if not seeds:
-            continue
-        boot = S.paired_bootstrap([stats[h, s] for s in seeds], [stats[BASELINE_HEADS, s] for s in seeds], indices)
-        t_test = S.paired_t_test([done[h, s].test_bleu - done[BASELINE_HEADS, s].test_bleu for s in seeds])
-        levels.append(
-            {
-                "heads": h,
-                "seeds": seeds,
-                "mean_difference": round(boot.difference, 2),
-                "bootstrap_p": round(boot.p_value, 4),
-                "bootstrap_ci95": list(boot.interval),
-                "t_test_p": None if t_test.p_value is None else round(t_test.p_value, 4),
-                "std_of_differences": t_test.std_difference,
-            }
-        )
-    for name in ("bootstrap_p", "t_test_p"):
-        for level, adjusted in zip(levels, S.holm([level[name] for level in levels])):
-            level[name.replace("_p", "_p_holm")] = None if adjusted is None else round(adjusted, 4)
-    for level in levels:
-        level["seed_spread"], level["verdict"] = _verdict(level, runs)
-    result["seed_level"] = levels
-    return result, notes
+        out += tests
+    return out
 
 
-def _verdict(level: dict, runs: list[RunRecord]) -> tuple[float | None, str]:
-    """(seed spread, wording): see SIGNIFICANCE_METHOD["verdict"]."""
+def _factor_counts(runs: list[RunRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[factor_of(run)] = counts.get(factor_of(run), 0) + 1
+    return dict(sorted(counts.items()))
 
-    def spread(h: int) -> float | None:
-        values = [r.test_bleu for r in runs if r.heads == h and r.seed in level["seeds"] and r.test_bleu is not None]
-        return statistics.stdev(values) if len(values) >= 2 else None
 
-    spreads = [spread(level["heads"]), spread(BASELINE_HEADS)]
-    if None in spreads:
-        return None, "no detectable difference"
-    seed_spread = round(max(spreads), 4)
-    difference = level["mean_difference"]
-    if level["bootstrap_p_holm"] < LEVEL and abs(difference) > seed_spread:
-        return seed_spread, "better" if difference > 0 else "worse"
-    return seed_spread, "no detectable difference"
+def _factor_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{label} ×{n}" for label, n in counts.items()) or "none"
 
 
 def _lines(path: str) -> list[str]:
@@ -360,11 +456,13 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         "runs": [asdict(r) for r in runs],
         "by_heads": by_heads,
         "significance": tests,
+        "measure": MEASURE,
         "claims": _claims(by_heads, tests),
         "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
         "bleu_signatures": signatures,
         "notes": notes,
         "provenance": compared,
+        "lengths": length_analysis(study_dir, runs, BASELINE_HEADS),  # test BLEU by source length: lengths.py
     }
 
 
@@ -388,7 +486,7 @@ def _heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) 
     test_bleu = [r.test_bleu for r in done if r.test_bleu is not None]
     row = {
         "heads": h,
-        "d_head": d_model // h if d_model else None,
+        "d_head": next((r.d_head for r in runs if r.d_head), head_size(d_model, h) if d_model else None),
         "parameters": parameters[0] if len(parameters) == 1 else (parameters or None),
         "runs_done": len(done),
         "runs": len(runs),
@@ -470,16 +568,26 @@ def _claims(by_heads: list[dict], tests: dict) -> dict:
             "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)",
         },
         "ours": ours,  # h=8 minus h=1, mean over seeds; None until both have a finished run
-        "conclusion": conclusion(by_heads),
+        "conclusion": conclusion(by_heads, tests.get("trend"), tests.get("left_out")),
     }
 
 
-def conclusion(by_heads: list[dict]) -> str:
-    """One plain sentence that says only what the tests support (see SIGNIFICANCE_METHOD["verdict"])."""
+def conclusion(by_heads: list[dict], trend: dict | None = None, left_out: list[str] | None = None) -> str:
+    """Plain sentences that say only what the h × seed-block test supports (SIGNIFICANCE_METHOD): the
+    verdicts, the trend against log2 h where its p is below LEVEL, and which published gains of h=8
+    over h=1 the 95% interval rules out."""
     tested = [row for row in by_heads if row["seed_test"] is not None]
     if not tested:
-        return f"Nothing tested yet: it needs finished h={BASELINE_HEADS} runs and runs of another h."
-    seeds = sorted({len(row["seed_test"]["seeds"]) for row in tested})
+        return f"Nothing tested yet: it needs finished h={BASELINE_HEADS} runs and runs of another h" + (
+            f" that meet the measure (left out: {', '.join(left_out)})." if left_out else "."
+        )
+    if all(row["seed_test"].get("p_adjusted") is None for row in tested):
+        return (
+            f"Not tested: with one seed per h nothing measures the seed noise, so no difference from "
+            f"h={BASELINE_HEADS} can be called ({_join(_effect(row) for row in tested)})."
+        )
+    counts = {len(row["seed_test"]["seeds"]) for row in tested}
+    seeds = sorted(counts | {len(tested[0]["seed_test"].get("baseline_seeds") or [])} - {0})
     seed_text = f"{'/'.join(map(str, seeds))} seed{'s' if seeds != [1] else ''} per h"
     parts = []
     for verdict in ("better", "worse"):
@@ -492,12 +600,36 @@ def conclusion(by_heads: list[dict]) -> str:
             )
     same = [row for row in tested if row["seed_test"]["verdict"] == "no detectable difference"]
     if same:
-        parts.append(f"no detectable difference from h={BASELINE_HEADS} for {_heads_list(same)}")
-    text = "; ".join(parts)
-    return (
-        f"Test BLEU against h={BASELINE_HEADS} ({seed_text}, Holm-adjusted two-sided p, difference beyond "
-        f"the seed spread): {text}."
+        parts.append(
+            f"no detectable difference from h={BASELINE_HEADS} for {_heads_list(same)} "
+            f"({_join(_effect(row) for row in same)})"
+        )
+    text = (
+        f"Test BLEU against h={BASELINE_HEADS} ({seed_text}, h × seed-block test over seed and test-sentence "
+        f"noise, Holm-adjusted two-sided p < {LEVEL}): {'; '.join(parts)}."
     )
+    if trend and trend["p_value"] < LEVEL:
+        low, high = trend["ci95"]
+        text += (
+            f" BLEU {'falls' if trend['slope_per_doubling'] < 0 else 'rises'} by {abs(trend['slope_per_doubling']):.2f} "
+            f"per doubling of h (95% interval {low:+.2f} to {high:+.2f}, p = {trend['p_value']:.4f})."
+        )
+    h1 = next((row["seed_test"] for row in tested if row["heads"] == 1), None)
+    if h1 and h1.get("ci95"):
+        gains = [
+            (
+                f"the paper's (+{PAPER_TABLE_3A[8]['bleu'] - PAPER_TABLE_3A[1]['bleu']:.1f})",
+                PAPER_TABLE_3A[8]["bleu"] - PAPER_TABLE_3A[1]["bleu"],
+            ),
+            (f"the explainer's (+{ARTICLE_CLAIM['h8_minus_h1_bleu']:.1f})", ARTICLE_CLAIM["h8_minus_h1_bleu"]),
+        ]
+        ruled_out = [name for name, gain in gains if -gain < h1["ci95"][0]]
+        if ruled_out:
+            text += (
+                f" A gain of h={BASELINE_HEADS} over h=1 as large as {_join(ruled_out)} lies outside the 95% "
+                f"interval of h=1 − h={BASELINE_HEADS} ({h1['ci95'][0]:+.2f} to {h1['ci95'][1]:+.2f})."
+            )
+    return text
 
 
 def _heads_list(rows: list[dict]) -> str:
@@ -506,7 +638,11 @@ def _heads_list(rows: list[dict]) -> str:
 
 def _effect(row: dict) -> str:
     test = row["seed_test"]
-    return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU, adjusted p = {test['bootstrap_p_holm']:.3f}"
+    if test["mean_difference"] is None:
+        return f"h={row['heads']}: no paired seed"
+    if test.get("p_adjusted") is None:
+        return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU"
+    return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU, adjusted p = {test['p_adjusted']:.3f}"
 
 
 def _join(items) -> str:
@@ -564,10 +700,9 @@ def _row_cells(row: dict, short: bool = False) -> list[str]:
         runs,
         *ours,
         ("baseline" if is_base and diff is not None else _signed(diff["test_bleu"]) if diff else "—"),
-        _p(test.get("bootstrap_p")),
-        _p(test.get("bootstrap_p_holm")),
-        _p(test.get("t_test_p")),
-        _p(test.get("t_test_p_holm")),
+        _interval(test.get("ci95")),
+        _p(test.get("p_value")),
+        _p(test.get("p_adjusted")),
         "—" if is_base else test.get("verdict", "—"),
         _num(paper.get("ppl")),
         _num(paper.get("bleu"), 1),
@@ -589,10 +724,9 @@ SHORT_HEADERS = [
     "95% (seeds)",
     "test chrF",
     "Δ BLEU",
+    "Δ 95%",
     "p",
     "p Holm",
-    "p t",
-    "p t Holm",
     "verdict",
     "paper PPL",
     "paper BLEU",
@@ -611,10 +745,9 @@ HEADERS = [
     "95% interval over seeds",
     "test chrF",
     "Δ test BLEU vs h=8",
-    "p (bootstrap, seed average)",
+    "95% interval of Δ",
+    "p",
     "p Holm",
-    "p (t-test over seeds)",
-    "p Holm (t)",
     "verdict",
     "paper PPL (dev)",
     "paper BLEU (dev)",
@@ -681,8 +814,13 @@ def to_markdown(report: dict) -> str:
         extra = " ".join(f"--set {o}" for o in grid.get("overrides") or [])
         out.append(
             f"Config: `{grid['config']}`{' ' + extra if extra else ''}; d_model = {grid['d_model']}; "
-            f"d_k = d_v = d_model / h, so parameters stay constant"
-            + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else ".")
+            + (
+                f"d_k = d_v = model.d_head = {grid['d_head']} at every h, so parameters and FLOPs grow with h "
+                f"(each run's parameters: below)."
+                if grid.get("d_head")
+                else "d_k = d_v = d_model / h, so parameters stay constant"
+                + (f" ({_num(constant.pop())} in every run)." if len(constant) == 1 else ".")
+            )
         )
         out.append("")
     out += [
@@ -692,6 +830,13 @@ def to_markdown(report: dict) -> str:
         "",
     ]
     out += ["## Conclusion", "", report["claims"]["conclusion"], ""]
+    measure = report.get("measure") or MEASURE
+    left_out = report["significance"].get("left_out") or []
+    out += [
+        f"Measure: {measure['text']}"
+        + (f" Left out here: {', '.join(left_out)} (see Notes)." if left_out else " Every finished point meets it."),
+        "",
+    ]
     out += [
         "## By number of heads (mean ± std over seeds)",
         "",
@@ -700,7 +845,8 @@ def to_markdown(report: dict) -> str:
         "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
         "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
         "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
-        "Δ: h minus h=8, mean over the seeds both have finished (the difference the tests are about). "
+        "Δ: h minus h=8 as the h × seed-block test estimates it, over the points that meet the measure: the mean of "
+        "the per-seed differences where both h have the same seeds (the difference the tests are about). "
         "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
         "numbers are on another data set and model size: compare the shape of the curve and the differences "
         "to h=8, not the levels.",
@@ -717,7 +863,9 @@ def to_markdown(report: dict) -> str:
                 "status",
                 "parameters",
                 "evaluated update",
+                "lowest valid loss at",
                 "trained updates",
+                "precision · device",
                 "valid PPL",
                 "valid BLEU",
                 "test BLEU",
@@ -733,7 +881,9 @@ def to_markdown(report: dict) -> str:
                     r["status"],
                     _num(r["parameters"]),
                     _num(r["updates"]),
+                    _num(r.get("loss_selected_update")),
                     _num(r.get("trained_updates")),
+                    f"{r.get('precision') or '—'} · {r.get('device') or '—'}",
                     _num(r["valid_ppl"], 3),
                     _num(r["valid_bleu"]),
                     _num(r["test_bleu"]),
@@ -750,41 +900,53 @@ def to_markdown(report: dict) -> str:
     out += [f"## Significance against h={BASELINE_HEADS} (test set)", ""]
     if sig["seed_level"]:
         out += [
-            "Over seeds:",
+            f"Over seeds and test sentences (the verdict's test; measure: {sig.get('measure', MEASURE['name'])}):",
             "",
             _md_table(
                 [
                     "h",
                     "seeds",
-                    "Δ BLEU (seed mean)",
-                    "95% bootstrap interval of Δ",
-                    "p bootstrap",
+                    f"Δ BLEU vs h={BASELINE_HEADS}",
+                    "95% interval of Δ",
+                    "p",
                     "p Holm",
-                    "sd of per-seed Δ",
-                    "p t-test",
-                    "p Holm (t)",
-                    "seed spread",
                     "verdict",
+                    "variance: seeds + own sentences",
+                    "variance: shared sentences",
+                    "precision · device",
                 ],
                 [
                     [
                         str(t["heads"]),
                         ",".join(map(str, t["seeds"])),
                         _signed(t["mean_difference"]),
-                        _interval(t["bootstrap_ci95"]),
-                        _p(t["bootstrap_p"]),
-                        _p(t["bootstrap_p_holm"]),
-                        _num(t["std_of_differences"]),
-                        _p(t["t_test_p"]),
-                        _p(t["t_test_p_holm"]),
-                        _num(t["seed_spread"]),
+                        _interval(t["ci95"]),
+                        _p(t["p_value"]),
+                        _p(t["p_adjusted"]),
                         t["verdict"],
+                        _num(t["model_variance"], 3),
+                        _num(t["shared_sentence_variance"], 3),
+                        _factor_text(t["factors"]),
                     ]
                     for t in sig["seed_level"]
                 ],
             ),
             "",
+            f"h={BASELINE_HEADS}: seeds {','.join(map(str, sig['seed_level'][0]['baseline_seeds']))}; "
+            f"{_factor_text(sig['seed_level'][0]['baseline_factors'])}. Residual standard deviation of the "
+            f"h × seed-block fit: {_num(sig.get('residual_sd'))} BLEU, {sig.get('df')} degrees of freedom.",
+            "",
+            *[f"- {t['factor_note']}" for t in sig["seed_level"] if t.get("factor_note")],
+            *([""] if any(t.get("factor_note") for t in sig["seed_level"]) else []),
         ]
+        trend = sig.get("trend")
+        if trend:
+            out += [
+                f"Trend against log2 h (h = {', '.join(map(str, trend['heads']))}): "
+                f"{_signed(trend['slope_per_doubling'])} BLEU per doubling of h, 95% interval "
+                f"{_interval(trend['ci95'])}, two-sided p = {trend['p_value']:.4f} ({trend['df']} degrees of freedom).",
+                "",
+            ]
         out += [
             "Each seed against h=8 of the same seed:",
             "",
@@ -852,8 +1014,8 @@ def to_markdown(report: dict) -> str:
     ours = claims["ours"]
     test = (ours or {}).get("seed_test") or {}
     p_text = (
-        f" (p = {test['bootstrap_p']:.3f}, Holm-adjusted {test['bootstrap_p_holm']:.3f}; {test['verdict']})"
-        if test
+        f" (p = {test['p_value']:.3f}, Holm-adjusted {test['p_adjusted']:.3f}; {test['verdict']})"
+        if test and test.get("p_value") is not None
         else ""
     )
     out += [
@@ -886,6 +1048,7 @@ def to_markdown(report: dict) -> str:
     ]
     if report["bleu_signatures"]:
         out += ["BLEU signature: " + "; ".join(f"`{s}`" for s in report["bleu_signatures"]), ""]
+    out += lengths_markdown(report.get("lengths"))
     if report["notes"]:
         out += ["## Notes", "", *[f"- {note}" for note in report["notes"]], ""]
     return "\n".join(out)
@@ -942,7 +1105,7 @@ def to_csv(report: dict) -> tuple[str, str]:
     per_h = io.StringIO()
     writer = csv.writer(per_h, lineterminator="\n")
     stats = [(m, s) for m in METRICS for s in ("mean", "std")]
-    seed_columns = ["bootstrap_p", "bootstrap_p_holm", "t_test_p", "t_test_p_holm", "seed_spread", "verdict"]
+    seed_columns = ["p_value", "p_adjusted", "std_error", "df", "verdict"]
     writer.writerow(
         [
             "heads",
@@ -956,6 +1119,8 @@ def to_csv(report: dict) -> tuple[str, str]:
             "test_bleu_diff_to_h8",
             "valid_bleu_diff_to_h8",
             "valid_ppl_diff_to_h8",
+            "test_bleu_diff_ci95_low",
+            "test_bleu_diff_ci95_high",
             *seed_columns,
             "paper_ppl",
             "paper_bleu",
@@ -978,6 +1143,7 @@ def to_csv(report: dict) -> tuple[str, str]:
                 _blank(diff.get("test_bleu")),
                 _blank(diff.get("valid_bleu")),
                 _blank(diff.get("valid_ppl")),
+                *(test.get("ci95") or ["", ""]),
                 *[_blank(test.get(c)) for c in seed_columns],
                 _blank(paper.get("ppl")),
                 _blank(paper.get("bleu")),
@@ -986,8 +1152,22 @@ def to_csv(report: dict) -> tuple[str, str]:
         )
     per_run = io.StringIO()
     writer = csv.writer(per_run, lineterminator="\n")
-    columns = ["name", "heads", "seed", "status", "d_head", "parameters", "updates", "trained_updates", *METRICS]
-    writer.writerow([*columns, "p_value_vs_h8", "p_holm_vs_h8", "diff_ci95_low", "diff_ci95_high"])
+    columns = [
+        "name",
+        "heads",
+        "seed",
+        "status",
+        "d_head",
+        "parameters",
+        "updates",
+        "loss_selected_update",
+        "trained_updates",
+        "precision",
+        "device",
+        *METRICS,
+    ]
+    bootstrap = ["sentence_bootstrap_p_vs_h8", "sentence_bootstrap_p_holm_vs_h8", "diff_ci95_low", "diff_ci95_high"]
+    writer.writerow([*columns, *bootstrap])
     for run in report["runs"]:
         test = per_seed.get(run["name"], {})
         ci = test.get("difference_ci95") or ["", ""]
@@ -1002,24 +1182,68 @@ def _blank(value):
     return "" if value is None else value
 
 
+# The seed-level test's fields that may hold the adjusted p its verdict rests on, in order of preference.
+ADJUSTED_P_FIELDS = ("p_adjusted",)
+COMPACT_HEADERS = ["h", "runs", "test BLEU", f"Δ vs h={BASELINE_HEADS}", "adjusted p", "verdict"]
+
+
+def verdict_of(row: dict) -> tuple[float | None, str | None]:
+    """(adjusted p, verdict) of an h against h=8, as a row of report["by_heads"] holds them: the one place
+    the terminal table reads them from. None for what the row does not have (h=8 itself, no finished runs)."""
+    test = row.get("seed_test") or {}
+    adjusted = next((test[name] for name in ADJUSTED_P_FIELDS if test.get(name) is not None), None)
+    return adjusted, test.get("verdict")
+
+
+def _compact_cells(row: dict) -> list[str]:
+    """One h in the terminal: h, runs, test BLEU ± sd, Δ, adjusted p, verdict (report.md has the rest)."""
+    is_base = row["heads"] == BASELINE_HEADS
+    diff = row["diff_to_h8"]
+    adjusted, verdict = verdict_of(row)
+    return [
+        str(row["heads"]),
+        f"{row['runs_done']}/{row['runs']}",
+        _stat(row["test_bleu"]) if row["runs_done"] else "pending",
+        "baseline" if is_base and diff is not None else _signed(diff["test_bleu"]) if diff else "—",
+        "—" if is_base else _p(adjusted),
+        "—" if is_base or verdict is None else verdict,
+    ]
+
+
 def show(report: dict, console: Console) -> None:
-    table = Table(title=f"Head-count study {report['study_dir']} — {_status_line(report)}", title_justify="left")
-    for header in SHORT_HEADERS:
-        table.add_column(header, justify="left" if header == "h" else "right", no_wrap=True)
+    """The report on the console: in a terminal, a table of the six columns that tell the h apart (any
+    width keeps every h visible); in a log file or a pipe, which have no width to respect, the full table."""
+    title = f"Head-count study: {report['study_dir']} — {_status_line(report)}"
+    compact = console.is_terminal
+    headers, cells = (COMPACT_HEADERS, _compact_cells) if compact else (SHORT_HEADERS, _row_cells)
+    table = Table(title=title, title_justify="left")
+    for header in headers:
+        table.add_column(
+            header,
+            justify="left" if header in ("h", "verdict") else "right",
+            no_wrap=header != "verdict",
+            min_width=len(header) if header != "verdict" else None,
+        )
     for row in report["by_heads"]:
-        table.add_row(*_row_cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
-    if console.is_terminal:
+        table.add_row(*cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
+    if compact:
         console.print(table)
-    else:  # a log file or a pipe has no width to respect: never cut the numbers
+        console.print(
+            f"Δ: test BLEU of h minus h={BASELINE_HEADS}, mean over the seeds both have; adjusted p: two-sided, "
+            f"against h={BASELINE_HEADS} over seeds and test sentences, adjusted over the h compared; verdict: what "
+            f"that test allows. The full table (perplexity, chrF, every test, the paper's Table 3 A): report.md.",
+            highlight=False,
+        )
+    else:
         wide = Console(file=io.StringIO(), width=250, color_system=None)
         wide.print(table)
         console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
-    console.print(
-        "Δ: h minus h=8, mean over the seeds both have; p: two-sided paired bootstrap of the seed-averaged test BLEU "
-        "against h=8; p t: paired t-test over seeds; Holm: adjusted over the h compared; paper: Table 3 (A), "
-        "newstest2013 dev (another data set and model size: compare shapes).",
-        highlight=False,
-    )
+        console.print(
+            "Δ: h minus h=8, mean over the seeds both have; Δ 95% and p: two-sided h × seed-block test against h=8 "
+            "(seed and test-sentence noise); Holm: adjusted over the h compared; paper: Table 3 (A), "
+            "newstest2013 dev (another data set and model size: compare shapes).",
+            highlight=False,
+        )
     claims = report["claims"]
     ours = claims["ours"]
     ours_text = (
@@ -1052,22 +1276,23 @@ def plot(report: dict, path: Path) -> None:
 
     panels = [
         {
-            "label": "test BLEU (ours)",
+            "label": "test BLEU",
             "ours": ours("test_bleu"),
             "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()},
-            "paper_label": "paper BLEU (newstest2013 dev)",
+            "paper_label": "paper, Table 3 (A): BLEU on newstest2013",
         },
         {
-            "label": "validation perplexity (ours)",
+            "label": "validation perplexity",
             "ours": ours("valid_ppl"),
             "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()},
-            "paper_label": "paper PPL (newstest2013 dev)",
+            "paper_label": "paper, Table 3 (A): perplexity on newstest2013",
         },
     ]
     head_count_plot(
         panels,
         path,
         f"Head count (d_k = d_model / h): {report['study_dir']} — {report['runs_done']}/{report['runs_total']} runs",
+        BASELINE_HEADS,
     )
 
 
@@ -1080,6 +1305,7 @@ def write(report: dict, study_dir: Path) -> list[Path]:
     atomic_write_text(paths[2], per_run)
     atomic_write_json(paths[3], report)
     plot(report, paths[4])
+    paths += write_lengths_csv(report.get("lengths"), study_dir)
     curves = _study_curves(study_dir)
     return paths + ([curves] if curves else [])
 
@@ -1099,7 +1325,12 @@ def _study_curves(study_dir: Path) -> Path | None:
 
 
 def report_study(study_dir: Path, console: Console, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
-    """`mhatrain report`: gather, test, write Markdown/CSV/JSON/PNG and show the table."""
+    """`mhatrain report`: gather, test, write Markdown/CSV/JSON/PNG and show the table (for a study made
+    with --vary: each cell's report in its folder, and the regime map: regimes.py)."""
+    from .regimes import is_varied, report_varied_study
+
+    if is_varied(Path(study_dir)):
+        return report_varied_study(Path(study_dir), console, n_samples)
     report = build_report(Path(study_dir), n_samples)
     paths = write(report, Path(study_dir))
     show(report, console)

@@ -47,7 +47,7 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     config, state, tokenizer_path = open_run(Path(run_dir), which, log=_warn, strict=strict)
     for item in overrides:
         apply_override(config, item)
-    check_config(config, f"{run_dir}/config.yaml", check_paths=False)
+    check_config(config, f"{run_dir}/config.yaml", check_paths=False, overrides=overrides)
     set_threads(config.train.threads)
     _check_architecture(config, state["config"], overrides)
     tokenizer = Tokenizer(tokenizer_path)
@@ -165,7 +165,15 @@ def evaluate_run(
     )
     started = time.perf_counter()
     hyps = translate(
-        run.model, run.tokenizer, text.src, run.config.decode, run.device, beam, alpha, run.config.train.precision
+        run.model,
+        run.tokenizer,
+        text.src,
+        run.config.decode,
+        run.device,
+        beam,
+        alpha,
+        run.config.train.precision,
+        warn=_warn,
     )
     seconds = time.perf_counter() - started
     result = score(hyps, text.ref)
@@ -213,7 +221,15 @@ def translate_lines(
         raise MhatrainError("no input: give sentences as arguments or on stdin")
     run = load_run(run_dir, overrides=overrides)
     outputs = translate(
-        run.model, run.tokenizer, lines, run.config.decode, run.device, beam, alpha, run.config.train.precision
+        run.model,
+        run.tokenizer,
+        lines,
+        run.config.decode,
+        run.device,
+        beam,
+        alpha,
+        run.config.train.precision,
+        warn=_warn,
     )
     for text in outputs:
         print(text, flush=True)

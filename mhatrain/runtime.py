@@ -15,6 +15,8 @@ import time
 
 import torch
 
+from .errors import MhatrainError
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # train.precision → autocast dtype (fp32: none)
 BF16_PROBE_SIZE = (
     512  # large enough to hit the blocked GEMM kernels (256 did not show the slow path), small enough to cost < 1 s
@@ -59,6 +61,18 @@ def _matmul_seconds(dtype: torch.dtype, repeats: int = 3) -> float:
         a @ b
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def check_gpu_bf16(device, precision: str) -> None:
+    """Refuse bf16 on a GPU without native bf16 (before Ampere: V100, T4), which would emulate it slowly:
+    one error line that names fp16, the precision such GPUs compute natively (with a loss scale)."""
+    device = torch.device(device)
+    if precision != "bf16" or device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+        return
+    raise MhatrainError(
+        f"train.precision=bf16, but {torch.cuda.get_device_name(device)} has no native bf16 (it would be "
+        f"emulated, far slower): use fp16 (--set train.precision=fp16, with a loss scale) or fp32"
+    )
 
 
 def slow_bf16_warning(device: torch.device, precision: str) -> str | None:

@@ -8,11 +8,16 @@ The one module that names a study directory's files; `ablate` runs points, `repo
     h08-seed1/ ...        one run directory per grid point (checkpoint.py names its files), laid out with
                           its config.yaml when the study is recorded; `mhatrain train` fills it, then
                           `mhatrain eval` adds eval/valid.beamK.json and eval/test.beamK.json
-    logs/h08-seed1.log    output of a point run in a subprocess (--jobs N)
+    model.norm=pre/h08-seed1/ ...
+                          with `ablate --vary KEY=V1,V2`: one folder per cell (a combination of the varied
+                          settings, named KEY=V[,KEY=V...]) holding that cell's grid points, laid out as a
+                          study of its own (its report files go there too); study.yaml lists the factors
+    logs/h08-seed1.log    output of a point run in a subprocess (--jobs N); logs/CELL/h08-seed1.log in a cell
     jobs/                 with --executor slurm|local: submitit's files per job, jobs.json (cluster.py)
     report.md .csv .json .png, report-runs.csv   written by `mhatrain report` (and at the end of `ablate`)
 
-A grid point is three steps on base-config.yaml with `--set model.n_heads=H --set train.seed=S`:
+A grid point is three steps on base-config.yaml with `--set model.n_heads=H --set train.seed=S` (after
+its cell's `--set KEY=V`):
 `train --resume` (a run directory without a checkpoint starts from the beginning, an interrupted
 one continues, a finished one does nothing), `eval --split valid` and `eval --split test`
 (point_commands). Its state, read from its run directory, is one of STATES.
@@ -22,11 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import re
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,7 +41,7 @@ from rich.console import Console
 
 from .checkpoint import CONFIG_FILE, config_differences, config_value, eval_path, has_started, read_eval, read_summary
 from .config import Config, absolute_local_dir, apply_override, check_config, dump_config, heads_divide
-from .errors import MhatrainError
+from .errors import ConfigError, MhatrainError
 from .io import atomic_write_text, portable_text
 from .provenance import PROVENANCE_FILE, code_version
 
@@ -45,6 +51,7 @@ LOGS_DIR = "logs"
 LOCK_FILE = ".lock"
 EVAL_SPLITS = ("valid", "test")
 POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
+CELL_PART = re.compile(r"^([a-z]+\.[a-z_0-9]+)=([^,/=\s]+)$")  # one varied setting of a cell's name
 # Where a grid point stands, in order: nothing trained yet; training started (a checkpoint or a
 # metrics record exists, the run may be running or interrupted); trained (train_summary.json) but an
 # evaluation of EVAL_SPLITS is missing; trained and evaluated.
@@ -66,46 +73,81 @@ EXECUTION_KEYS = {
 # ----------------------------------------------------------------------------- the grid
 
 
+Cell = tuple[tuple[str, str], ...]  # the varied settings of a cell: (dotted key, value as given) pairs
+
+
 @dataclass(frozen=True)
 class Point:
-    """One grid point: a head count and a seed."""
+    """One grid point: a head count and a seed, in a cell of varied settings (none without --vary)."""
 
     heads: int
     seed: int
+    cell: Cell = ()
 
     @property
     def name(self) -> str:
-        return f"h{self.heads:02d}-seed{self.seed}"
+        """h08-seed1, or CELL/h08-seed1 in a cell: the run directory's path in the study directory."""
+        own = f"h{self.heads:02d}-seed{self.seed}"
+        return f"{cell_name(self.cell)}/{own}" if self.cell else own
 
     @property
     def overrides(self) -> list[str]:
-        return [f"model.n_heads={self.heads}", f"train.seed={self.seed}"]
+        return [
+            *(f"{key}={value}" for key, value in self.cell),
+            f"model.n_heads={self.heads}",
+            f"train.seed={self.seed}",
+        ]
+
+
+def cell_name(cell: Cell) -> str:
+    """model.norm=pre,model.d_model=256: the cell's folder name (values hold no ',', '/', '=' or spaces)."""
+    return ",".join(f"{key}={value}" for key, value in cell)
+
+
+def parse_cell(name: str) -> Cell | None:
+    parts = [CELL_PART.match(part) for part in name.split(",")]
+    return tuple((m.group(1), m.group(2)) for m in parts) if all(parts) else None
 
 
 def parse_point_name(name: str) -> Point | None:
+    cell: Cell = ()
+    if "/" in name:
+        folder, name = name.rsplit("/", 1)
+        if (cell := parse_cell(folder)) is None:
+            return None
     match = POINT_NAME.match(name)
-    return Point(int(match.group(1)), int(match.group(2))) if match else None
+    return Point(int(match.group(1)), int(match.group(2)), cell) if match else None
 
 
 def point_dirs(study_dir: Path) -> list[tuple[Point, Path]]:
-    """The grid points that have a run directory in `study_dir`, with it (in directory order)."""
-    found = [(parse_point_name(d.name), d) for d in sorted(Path(study_dir).iterdir()) if d.is_dir()]
-    return [(point, d) for point, d in found if point is not None]
+    """The grid points that have a run directory in `study_dir` (or in one of its cell folders), with it
+    (in directory order)."""
+    found = []
+    for d in sorted(Path(study_dir).iterdir()):
+        if not d.is_dir():
+            continue
+        if (point := parse_point_name(d.name)) is not None:
+            found.append((point, d))
+        elif (cell := parse_cell(d.name)) is not None:
+            for sub in sorted(d.iterdir()):
+                if sub.is_dir() and (point := parse_point_name(sub.name)) is not None:
+                    found.append((Point(point.heads, point.seed, cell), sub))
+    return found
 
 
-def check_heads(heads: list[int], d_model: int) -> list[int]:
+def check_heads(heads: list[int], d_model: int, d_head: int | None = None, where: str = "") -> list[int]:
     """The head counts of a grid, sorted: positive, distinct, and each dividing d_model (so that
-    d_k = d_model / h is whole)."""
+    d_k = d_model / h is whole) unless model.d_head sets the head size. where: the cell, for the message."""
     _check_distinct(heads, "--heads")
     for h in heads:
         if h <= 0:
             raise MhatrainError(f"--heads: {h} is not a positive number of heads")
-        if not heads_divide(d_model, h):
+        if d_head is None and not heads_divide(d_model, h):
             divisors = [d for d in range(1, d_model + 1) if heads_divide(d_model, d)]
             shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
             raise MhatrainError(
-                f"--heads: {h} does not divide model.d_model={d_model} (d_k = d_model / h must be "
-                f"a whole number; divisors: {shown})"
+                f"--heads: {h} does not divide model.d_model={d_model}{where} (d_k = d_model / h must be "
+                f"a whole number, or set model.d_head; divisors: {shown})"
             )
     return sorted(heads)
 
@@ -127,9 +169,51 @@ def _check_distinct(values: list[int], option: str) -> None:
             raise MhatrainError(f"{option}: {value} is given twice")
 
 
-def expand_grid(heads: list[int], seeds: list[int]) -> list[Point]:
-    """Seed-major order: the whole head curve for the first seed comes first, so a partial study already shows it."""
-    return [Point(h, seed) for seed in seeds for h in sorted(heads)]
+def expand_grid(heads: list[int], seeds: list[int], factors: dict[str, list[str]] | None = None) -> list[Point]:
+    """Seed-major order: the whole head curve for the first seed comes first (in every cell), so a partial
+    study already shows it. factors: the --vary settings, key → values; their combinations are the cells."""
+    return [Point(h, seed, cell) for seed in seeds for cell in grid_cells(factors or {}) for h in sorted(heads)]
+
+
+def grid_cells(factors: dict[str, list[str]]) -> list[Cell]:
+    """Every combination of the factors' values, in the order given (one empty cell without factors)."""
+    keys = list(factors)
+    return [tuple(zip(keys, values)) for values in itertools.product(*(factors[key] for key in keys))]
+
+
+def check_factors(items: list[str], config: Config) -> dict[str, list[str]]:
+    """`--vary KEY=V1,V2` options → key → values (as given): each key a config key other than those the
+    grid sets itself or that only change how a run executes, given once; each value valid for it,
+    distinct, and usable in a folder name. A broken option is one MhatrainError line."""
+    factors: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not text.strip() or key.count(".") != 1:
+            raise MhatrainError(
+                f"--vary {item}: expected KEY=V1,V2,... with KEY a config key, e.g. --vary model.norm=pre,post"
+            )
+        if key in GRID_KEYS:
+            option = "--heads" if key == "model.n_heads" else "--seeds"
+            raise MhatrainError(f"--vary {item}: {key} is set per grid point by {option}; vary another key")
+        if key in EXECUTION_KEYS:
+            raise MhatrainError(f"--vary {item}: {key} changes how a run executes, not what it computes")
+        if key in factors:
+            raise MhatrainError(f"--vary {item}: {key} is varied twice; give all its values in one --vary")
+        values = [value.strip() for value in text.split(",")]
+        for value in values:
+            if not value or any(c in value for c in "/=") or any(c.isspace() for c in value):
+                raise MhatrainError(
+                    f"--vary {item}: {value!r} is not a value (no '/', '=' or spaces: it names a folder)"
+                )
+            if values.count(value) > 1:
+                raise MhatrainError(f"--vary {item}: {value} is given twice")
+            try:
+                apply_override(copy.deepcopy(config), f"{key}={value}")
+            except ConfigError as exc:
+                raise MhatrainError(str(exc).replace(f"--set {key}={value}", f"--vary {item}", 1)) from None
+        factors[key] = values
+    return factors
 
 
 # ----------------------------------------------------------------------------- the study directory
@@ -205,6 +289,7 @@ class Study:
     heads: list[int]  # the whole recorded grid (a study can grow)
     seeds: list[int]
     beam: int  # decode.beam: names the eval files
+    factors: dict[str, list[str]] = field(default_factory=dict)  # --vary: key → values (none: one cell)
 
     @property
     def base_config(self) -> Path:
@@ -214,7 +299,7 @@ class Study:
         return self.dir / point.name
 
     def log_path(self, point: Point) -> Path:
-        return self.dir / LOGS_DIR / f"{point.name}.log"
+        return self.dir / LOGS_DIR / f"{point.name}.log"  # CELL/h08-seed1.log: a folder per cell
 
     def eval_file(self, point: Point, split: str) -> Path:
         return eval_path(self.run_dir(point), split, self.beam)
@@ -225,12 +310,24 @@ class Study:
 
 
 def plan_study(
-    config: Config, source: str, heads: list[int], seeds: list[int], extras: list[list[str]]
+    config: Config,
+    source: str,
+    heads: list[int],
+    seeds: list[int],
+    extras: list[list[str]],
+    factors: dict[str, list[str]] | None = None,
 ) -> tuple[list[int], list[int], list[Point]]:
-    """Check the grid and every point's config (with each slot's extra settings) before anything is written."""
-    heads = check_heads(heads, config.model.d_model)
+    """Check the grid and every point's config (with each slot's extra settings) before anything is written.
+    factors: --vary's key → values (check_factors); every combination is a cell with the whole grid."""
+    for cell in grid_cells(factors or {}):
+        cell_config = copy.deepcopy(config)
+        for key, value in cell:
+            apply_override(cell_config, f"{key}={value}")
+        m = cell_config.model
+        check_heads(heads, m.d_model, m.d_head, f" in cell {cell_name(cell)}" if cell else "")
+    heads = sorted(heads)
     seeds = check_seeds(seeds)
-    points = expand_grid(heads, seeds)
+    points = expand_grid(heads, seeds, factors)
     for point in points:  # every point's config must load exactly as its command will load it
         for extra in extras:
             point_config(config, point, extra, source)
@@ -258,9 +355,11 @@ def open_study(
     overwrite: bool,
     console: Console,
     allow_code_change: bool = False,
+    factors: dict[str, list[str]] | None = None,
 ) -> Study:
-    """Create the study directory, or check that an existing one was made with the same config and, once
-    its points have started, by the same code (unless allow_code_change)."""
+    """Create the study directory, or check that an existing one was made with the same config and the
+    same factors (--vary) and, once its points have started, by the same code (unless allow_code_change)."""
+    factors = factors or {}
     study_file = study_dir / STUDY_FILE
     recorded = read_yaml(study_file)
     if recorded is None and study_file.exists():
@@ -268,6 +367,11 @@ def open_study(
     if recorded is None and study_dir.is_dir() and any(p.name != LOCK_FILE for p in study_dir.iterdir()):
         raise MhatrainError(
             f"{study_dir} is not empty and holds no study ({STUDY_FILE} is missing): choose another --out"
+        )
+    if recorded is not None and (recorded.get("factors") or {}) != factors:
+        raise MhatrainError(
+            f"{study_dir} holds a study {_factors_text(recorded.get('factors') or {})}, and this command asks for "
+            f"one {_factors_text(factors)}: give the same --vary options, or use another --out"
         )
     if recorded is not None:
         base = read_base_config(study_dir)
@@ -297,17 +401,26 @@ def open_study(
         "config": portable_text(str(Path(config_path).resolve()), Path.cwd()),
         "overrides": list(overrides),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "note": "each grid point is base-config.yaml with --set model.n_heads=H --set train.seed=S",
+        **({"factors": factors} if factors else {}),
+        "note": "each grid point is base-config.yaml with "
+        + ("--set KEY=V for each factor of its cell, then " if factors else "")
+        + "--set model.n_heads=H --set train.seed=S",
         # Every code version that has run this study: one entry if a single commit ran every point.
         "code": _append_new(ran, code_version()),
     }
     _write_if_changed(study_file, yaml.safe_dump(record, sort_keys=False))
     _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
-    study = Study(study_dir, points, heads, seeds, config.decode.beam)
+    study = Study(study_dir, points, heads, seeds, config.decode.beam, factors)
     for point in points:  # laid out in advance, so that `train --resume` is the one command for any state
         if not (study.run_dir(point) / CONFIG_FILE).is_file():
             dump_config(point_config(config, point), study.run_dir(point) / CONFIG_FILE)
     return study
+
+
+def _factors_text(factors: dict[str, list[str]]) -> str:
+    if not factors:
+        return "without --vary"
+    return "with " + " ".join(f"--vary {key}={','.join(map(str, values))}" for key, values in factors.items())
 
 
 def _started_points(study_dir: Path) -> list[str]:
@@ -341,10 +454,13 @@ def _discard_study(study_dir: Path, console: Console) -> None:
         if path.is_dir() and parse_point_name(path.name) is not None:
             shutil.rmtree(path)
             removed += 1
+        elif path.is_dir() and parse_cell(path.name) is not None:
+            removed += sum(1 for sub in path.iterdir() if parse_point_name(sub.name) is not None)
+            shutil.rmtree(path)
         elif path.name == LOGS_DIR and path.is_dir():
             shutil.rmtree(path)
         elif path.is_file() and (
-            path.name.startswith("report") or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)
+            path.name.startswith(("report", "regime-map")) or path.name in (STUDY_FILE, BASE_CONFIG, PROVENANCE_FILE)
         ):
             path.unlink()
     console.print(f"--overwrite: deleted the {removed} run directories of the previous study in {study_dir}")

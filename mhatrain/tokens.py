@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .io import current_umask
+
 # The special ids: the tokenizer is trained to give them these ids (data.train_or_load_tokenizer), the
 # model's embedding keeps PAD's row out of the gradient, batches pad with PAD, and decoding starts from
 # BOS and stops at EOS.
@@ -156,7 +158,7 @@ def save_encoded(directory: Path, data: Encoded) -> None:
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; other users of a shared cache_dir must read it
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; other users of a shared cache_dir read it
     try:
         arrays = (data.src.ids, data.src.offsets, data.tgt.ids, data.tgt.offsets, data.index)
         for name, array in zip(ARRAYS, arrays):

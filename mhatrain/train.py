@@ -52,8 +52,8 @@ from .evaluate import bleu_score
 from .faults import fault_point
 from .io import append_jsonl, atomic_write_text, read_jsonl
 from .model import Transformer, build_model, count_parameters
-from .runtime import autocast, loss_scaler, set_threads, slow_bf16_warning
-from .step import batch_loss, make_optimizer, noam_lr, optimizer_update
+from .runtime import autocast, check_gpu_bf16, loss_scaler, set_threads, slow_bf16_warning
+from .step import batch_loss, compile_model, make_optimizer, noam_lr, optimizer_update, read_updates
 from .tokens import load_encoded, save_encoded
 
 # ----------------------------------------------------------------------------- data
@@ -111,13 +111,14 @@ def prepare_data(config: Config, run_dir: Path, log=print) -> Prepared:
 def run_validation(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
     """Validation loss, per-token perplexity and (if enabled) BLEU of greedy/beam output."""
     model.eval()
-    nll_sum, n_tokens = 0.0, 0
+    nll_sum, n_tokens = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
     with autocast(device, config.train.precision):
         for indices in data.batch_indices(data.pair_lengths(prepared.valid), config.train.max_tokens):
-            batch = data.collate(prepared.valid, indices).to(device)
-            _, nll = batch_loss(model, batch, 0.0)
-            nll_sum += float(nll)
-            n_tokens += batch.n_tgt_tokens
+            batch = data.collate(prepared.valid, indices)
+            n_tokens += batch.n_tgt_tokens  # counted on the host
+            _, nll = batch_loss(model, batch.to(device), 0.0)
+            nll_sum += nll.double()
+    nll_sum = float(nll_sum)
     result = {"valid_loss": nll_sum / n_tokens, "valid_ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
     fault_point("validation")
     if config.train.valid_bleu:
@@ -248,6 +249,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     last = _open_run_dir(config, run_dir, resume, batch_change, procs, log)
     set_threads(t.threads)
     device = procs.device
+    check_gpu_bf16(device, t.precision)  # before any data is read
     torch.manual_seed(t.seed)
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
@@ -294,7 +296,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
             ),
         )
     ddp_model = procs.wrap(model)
-    compiled_step = CompiledStep(ddp_model, t.compile, log)
+    compiled_step = CompiledStep(ddp_model, t.compile, log, config.model.max_positions)
 
     saved_at = time.monotonic()
 
@@ -302,6 +304,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         """last.pt (every process's random state included) and, with train.keep_checkpoints, a snapshot of
         the weights; not on a signal, which would add one at an irregular interval."""
         nonlocal saved_at
+        settle()
         rng = procs.gather(_rng_state())  # every rank's, for an exact resume with as many processes
         if procs.is_main:
             save_checkpoint(
@@ -328,11 +331,64 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         clock: all of them must agree to checkpoint together)."""
         if skipped:
             return False
-        if t.checkpoint_every and progress.step % t.checkpoint_every == 0:
-            return True
-        if not t.checkpoint_every_minutes:
-            return False
-        return bool(procs.max(int(time.monotonic() - saved_at >= 60 * t.checkpoint_every_minutes)))
+        wanted = checkpoint_wanted(t, progress.step, device.type, (time.monotonic() - saved_at) / 60)
+        count_due = bool(t.checkpoint_every) and progress.step % t.checkpoint_every == 0
+        on_gpu = device.type != "cpu"
+        if not (t.checkpoint_every_minutes or (on_gpu and count_due and t.gpu_checkpoint_minutes)):
+            return wanted  # the update count alone decides: the same on every process
+        if on_gpu and not count_due and progress.step % SIGNAL_EVERY:
+            return False  # on a GPU the clocks are compared every SIGNAL_EVERY updates (a collective waits)
+        return bool(procs.max(int(wanted)))
+
+    # Updates run but not yet read back: the host reads an update's loss and verdict only when it logs
+    # or decides something (a log line, validation, a checkpoint, stopping), all of them at once.
+    pending: list[tuple] = []  # (step.Update, its epoch (1-based), train_seconds after it)
+    last_skipped = False
+
+    def settle() -> bool:
+        """Read the pending updates (one wait for the device) and account for them in the order they
+        ran, as if each had been read at once: skips (which may stop training), steps, tokens, log
+        lines. Returns whether the latest update was skipped."""
+        nonlocal last_skipped
+        if not pending:
+            return last_skipped
+        progress.step -= sum(not update.skipped for update, _, _ in pending)  # undo the provisional count
+        window = list(pending)
+        pending.clear()
+        for (_, epoch, seconds), stats in zip(window, read_updates([u for u, _, _ in window])):
+            last_skipped = "skipped" in stats
+            if last_skipped:
+                bad = not stats.get("loss_scale_lowered")
+                _note_skipped(progress, stats["skipped"], t.max_bad_updates, run_dir, log, bad=bad)
+                continue
+            progress.bad_in_a_row = 0
+            progress.step += 1
+            progress.target_tokens += stats["tokens"]
+            if progress.step % t.log_every == 0 or progress.step == 1:
+                record = {
+                    "kind": "train",
+                    "step": progress.step,
+                    "epoch": epoch,
+                    **stats,
+                    "tokens_per_s": round(progress.target_tokens / max(seconds, 1e-9), 1),
+                }
+                if procs.is_main:
+                    metrics.write(record)
+                display.log(record)
+            display.advance(progress.step, stats)
+        return last_skipped
+
+    def decision_due() -> bool:
+        """Whether, counting the pending updates as applied, the latest one is due a log line, a
+        validation, a checkpoint or the end of training: then they are read first (settle)."""
+        step = progress.step
+        return bool(
+            step % t.log_every == 0
+            or step == 1
+            or (t.valid_every and step % t.valid_every == 0)
+            or checkpoint_due(False)
+            or stop_reason(progress, t)
+        )
 
     lengths = data.pair_lengths(prepared.train)
     accum = accum_steps_for(t, procs.world)
@@ -346,6 +402,11 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         f"batches: ≤{t.max_tokens} tokens × {accum} accumulation{processes} = ≤{progress.tokens_per_update} "
         f"tokens per update{asked}; {per_epoch} updates per epoch"
     )
+    if t.checkpoint_every and device.type != "cpu" and t.gpu_checkpoint_minutes:
+        log(
+            f"checkpoints: every {t.checkpoint_every} updates, at most one per {t.gpu_checkpoint_minutes:g} minutes "
+            f"on {device} (train.gpu_checkpoint_minutes); and at every validation"
+        )
     model.train()
     signalled = None
     board = t.tensorboard and procs.is_main
@@ -357,50 +418,36 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         while progress.epoch < t.max_epochs and not progress.finished:
             batches = data.batch_indices(lengths, t.max_tokens, t.seed, progress.epoch)
             groups = [batches[k : k + per_update] for k in range(progress.batch_in_epoch, len(batches), per_update)]
-            with data.Prefetcher(lambda g: collate_share(prepared.train, g, procs), groups) as shares:
+            with data.Prefetcher(
+                lambda g: collate_share(prepared.train, g, procs, compiled_step.bucket_limit), groups
+            ) as shares:
                 while progress.batch_in_epoch < len(batches):
-                    group, share = batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update], next(shares)
+                    group, (share, sizes) = (
+                        batches[progress.batch_in_epoch : progress.batch_in_epoch + per_update],
+                        next(shares),
+                    )
                     started = time.perf_counter()
                     lr = noam_lr(progress.step + 1, config.model.d_model, t.warmup_steps, t.lr_factor)
-                    stats = compiled_step.run(
-                        lambda m, share=share, lr=lr: optimizer_update(
-                            m, ddp_model, optimizer, scaler, share, t, lr, procs
+                    update = compiled_step.run(
+                        lambda m, share=share, lr=lr, sizes=sizes: optimizer_update(
+                            m, ddp_model, optimizer, scaler, share, t, lr, procs, sizes
                         ),
                         optimizer,
                     )
                     progress.train_seconds += time.perf_counter() - started
                     progress.batch_in_epoch += len(group)
-                    skipped = "skipped" in stats
-                    if skipped:
-                        _note_skipped(
-                            progress,
-                            stats["skipped"],
-                            t.max_bad_updates,
-                            run_dir,
-                            log,
-                            bad=not stats.get("loss_scale_lowered"),
-                        )
-                    else:
-                        progress.bad_in_a_row = 0
-                        progress.step += 1
-                        progress.target_tokens += stats["tokens"]
-                    if not skipped and (progress.step % t.log_every == 0 or progress.step == 1):
-                        record = {
-                            "kind": "train",
-                            "step": progress.step,
-                            "epoch": progress.epoch + 1,
-                            **stats,
-                            "tokens_per_s": round(progress.target_tokens / max(progress.train_seconds, 1e-9), 1),
-                        }
-                        if procs.is_main:
-                            metrics.write(record)
-                        display.log(record)
-                    if not skipped:
-                        display.advance(progress.step, stats)
+                    # Counted as applied until the host reads it (settle); only then logged.
+                    progress.step += int(not update.skipped)
+                    pending.append((update, progress.epoch + 1, progress.train_seconds))
+                    display.advance(progress.step)
                     end_of_epoch = progress.batch_in_epoch >= len(batches)
                     if end_of_epoch:
                         progress.epoch += 1
                         progress.batch_in_epoch = 0
+                    skipped = False
+                    settled = bool(update.skipped or end_of_epoch or decision_due())
+                    if settled:
+                        skipped = settle()
                     if (t.valid_every and not skipped and progress.step % t.valid_every == 0) or (
                         not t.valid_every and end_of_epoch
                     ):
@@ -410,7 +457,10 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                         checkpoint()
                     progress.stop_reason = stop_reason(progress, t)
                     progress.finished = bool(progress.stop_reason)
-                    signalled = stop.agree(procs)
+                    # Agreeing on signals is a collective that NCCL makes the host wait for: there, every
+                    # SIGNAL_EVERY updates and whenever the host has read the updates anyway
+                    if procs.device.type == "cpu" or settled or progress.step % SIGNAL_EVERY == 0:
+                        signalled = stop.agree(procs)
                     if progress.finished or signalled or end_of_epoch:
                         break
             if signalled and not progress.finished:
@@ -420,6 +470,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
                     f"continue with: mhatrain train {run_dir / 'config.yaml'} --out {run_dir} --resume"
                 )
                 raise SystemExit(130 if signalled == "SIGINT" else 143)
+        settle()
         if progress.finished and procs.broadcast(procs.is_main and not _validated_at(run_dir, progress.step)):
             _validate_on_main(procs, model, prepared, config, progress, run_dir, display, metrics)
         progress.finished = True
@@ -510,18 +561,32 @@ def stop_reason(progress: TrainState, t) -> str:
     return ""
 
 
-def collate_share(encoded: data.Encoded, batches: list[list[int]], procs: Group) -> list[tuple[data.Batch, int]]:
+def checkpoint_wanted(t, step: int, device_type: str, minutes: float) -> bool:
+    """Whether last.pt is due after update `step`, `minutes` after the last save: every
+    train.checkpoint_every updates (on a GPU, where they take seconds, no sooner than
+    train.gpu_checkpoint_minutes after the last save) or every train.checkpoint_every_minutes."""
+    if t.checkpoint_every and step % t.checkpoint_every == 0:
+        if device_type == "cpu" or minutes >= t.gpu_checkpoint_minutes:
+            return True
+    return bool(t.checkpoint_every_minutes) and minutes >= t.checkpoint_every_minutes
+
+
+def collate_share(
+    encoded: data.Encoded, batches: list[list[int]], procs: Group, bucket_limit: int = 0
+) -> list[tuple[data.Batch, int]]:
     """This process's share of an update's `batches` (those of all processes together), collated, with
-    their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only).
+    their weights; in pinned memory for a copy to the GPU that does not wait (CUDA only); with several
+    processes, the sizes of the whole update (data.batch_sizes: no process needs to ask the others).
+    With `bucket_limit` (train.compile) the batches are padded to their length bucket.
 
     Each process takes every world-th batch. One left without any (in an epoch's last, short update)
     must still join DDP's gradient exchange: it runs the first batch with weight 0.
     """
-    share = [(data.collate(encoded, indices), 1) for indices in batches[procs.rank :: procs.world]]
-    share = share or [(data.collate(encoded, batches[0]), 0)]
+    share = [(data.collate(encoded, indices, bucket_limit), 1) for indices in batches[procs.rank :: procs.world]]
+    share = share or [(data.collate(encoded, batches[0], bucket_limit), 0)]
     if procs.device.type == "cuda":
         share = [(batch.pin_memory(), weight) for batch, weight in share]
-    return share
+    return share, data.batch_sizes(encoded, batches, bucket_limit) if procs.launched else None
 
 
 def _note_skipped(progress: TrainState, why: str, limit: int, run_dir: Path, log, bad: bool = True) -> None:
@@ -530,9 +595,14 @@ def _note_skipped(progress: TrainState, why: str, limit: int, run_dir: Path, log
     progress.bad_in_a_row += int(bad)
     log(f"warning: update {progress.step + 1} skipped: {why} ({progress.skipped_updates} skipped so far)")
     if progress.bad_in_a_row >= limit:
+        kept = (
+            f"the last good checkpoint in {run_dir} is unchanged"
+            if (Path(run_dir) / LAST).exists()
+            else f"no checkpoint was written to {run_dir}"
+        )
         raise MhatrainError(
             f"stopped: {progress.bad_in_a_row} updates in a row skipped ({why}) at update {progress.step + 1}; "
-            f"the last good checkpoint in {run_dir} is unchanged (try a lower train.lr_factor or train.max_tokens)"
+            f"{kept} (try a lower train.lr_factor or train.max_tokens)"
         )
 
 
@@ -613,40 +683,48 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
 
 
-class CompiledStep:
-    """The model that training steps call: with train.compile, torch.compile'd, until the first update
-    fails (compilation happens in its first forward and backward, so that is where its errors surface):
-    then, after one warning line, the update is redone eagerly from the same state and random numbers."""
+SIGNAL_EVERY = 8  # on a GPU, updates between two agreements of the processes on a signal (StopSignal.agree)
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.compile (the tests pass a cheaper one)
 
-    def __init__(self, ddp_model, enabled: bool, log):
+
+class CompiledStep:
+    """The model that training steps call: with train.compile, torch.compile'd, for batches padded to a
+    few lengths (`bucket_limit` for collate: data.bucket_length) with the number of sentences marked
+    dynamic, so that training compiles at most one graph per length bucket instead of one per batch
+    shape. Compilation happens in the first forward and backward of each new graph, so that is where
+    its errors surface: an update that fails there, whichever it is, is redone eagerly from the same
+    state and random numbers after one warning line, and the rest of the run is eager (on the same
+    padded batches)."""
+
+    def __init__(self, ddp_model, enabled: bool, log, max_positions: int = 0):
         self.eager, self.model, self.log = ddp_model, ddp_model, log
+        self.bucket_limit = 0  # what collate pads to (0: no padding)
         if enabled:
             try:
-                self.model = torch.compile(ddp_model)
+                graphs = len(data.bucket_lengths(max_positions)) + 2  # a bucket each, and room to spare
+                limit = torch._dynamo.config.recompile_limit
+                torch._dynamo.config.recompile_limit = max(limit, graphs)  # beyond it dynamo would run eager
+                self.model = compile_model(ddp_model, COMPILE_BACKEND)
+                self.bucket_limit = max_positions
             except Exception as exc:  # compile is an optimisation: never fatal
                 log(f"warning: torch.compile unavailable ({type(exc).__name__}); running eager")
-        self.untried = self.model is not ddp_model
 
-    def run(self, update, optimizer) -> dict:
-        """`update(model)`, falling back to the eager model if it is the first compiled one and fails."""
-        if not self.untried:
+    def run(self, update, optimizer):
+        """`update(model)`, redone on the eager model if the compiled one fails."""
+        if self.model is self.eager:
             return update(self.model)
         rng = _rng_state()
         try:
-            stats = update(self.model)
+            return update(self.model)
         except MhatrainError:
             raise
         except Exception as exc:  # torch.compile's failures come in many types (backend, lowering, C++ build)
             first = (str(exc).strip().splitlines() or [""])[0][:160]
-            self.log(
-                f"warning: torch.compile failed at the first update ({type(exc).__name__}: {first}); running eager"
-            )
+            self.log(f"warning: torch.compile failed ({type(exc).__name__}: {first}); running eager from here")
             optimizer.zero_grad(set_to_none=True)
             _set_rng_state(rng)
-            self.model = self.eager
-            stats = update(self.model)
-        self.untried = False
-        return stats
+            self.model = self.eager  # batches stay padded: a run's batches do not depend on when this happens
+            return update(self.model)
 
 
 def _summary(progress: TrainState, n_params: int, run_dir: Path) -> dict:

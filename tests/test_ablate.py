@@ -54,6 +54,7 @@ def study_sets(spm_cache) -> list[str]:
         "train.checkpoint_every=4",
         "train.valid_max_sentences=10",
         "train.log_every=1000",
+        "train.early_stop_metric=loss",  # the study's measure: the loss-selected checkpoint
     ]
 
 
@@ -158,8 +159,8 @@ def test_invalid_heads_fail_on_the_command_line_before_anything_is_written(tmp_p
     result = run_cli("ablate", str(TINY), "--heads", "1,4,48", "--out", str(out))
     assert result.returncode == 2, result.stderr + result.stdout
     assert result.stderr.strip().splitlines() == [
-        "error: --heads: 48 does not divide model.d_model=64 (d_k = d_model / h must be a whole number; "
-        "divisors: 1, 2, 4, 8, 16, 32, 64)"
+        "error: --heads: 48 does not divide model.d_model=64 (d_k = d_model / h must be a whole number, or set "
+        "model.d_head; divisors: 1, 2, 4, 8, 16, 32, 64)"
     ]
     assert not out.exists()
 
@@ -360,8 +361,11 @@ def test_report_of_a_finished_study(reference):
     assert test["heads"] == 1 and test["seed"] == 1 and 0 < test["p_value"] <= 1 and test["p_holm"] == test["p_value"]
     assert test["difference_ci95"][0] <= test["difference"] <= test["difference_ci95"][1]
     (level,) = report["significance"]["seed_level"]
-    assert level["seeds"] == [1] and level["bootstrap_p"] == test["p_value"] and level["t_test_p"] is None
-    assert level["verdict"] == "no detectable difference"  # one seed: its spread is unknown
+    assert level["seeds"] == [1] and level["df"] == 0 and level["p_value"] is None and level["p_adjusted"] is None
+    assert level["mean_difference"] == pytest.approx(test["difference"], abs=0.006)
+    assert level["verdict"] == "no detectable difference"  # one seed per h: no residual to test against
+    assert all(run["updates"] == run["loss_selected_update"] for run in report["runs"])
+    assert report["significance"]["left_out"] == [] and report["measure"]["name"] == "loss-selected checkpoint"
     assert report["significance"]["samples"] == 1000 and report["significance"]["bootstrap_seed"] == 12345
     assert rows[1]["paper"] == {"d_k": 512, "ppl": 5.29, "bleu": 24.9, "bleu_diff_to_h8": -0.9, "ppl_diff_to_h8": 0.37}
     assert report["claims"]["article"]["h8_minus_h1_bleu"] == 2.3
@@ -467,6 +471,12 @@ def test_a_partial_studys_difference_is_over_the_seeds_both_h_have(tmp_path, mon
     assert abs(float(cells[9]) - paired) <= 0.011  # the tests use unrounded BLEU
     assert abs(float(cells[9]) - unpaired) > 0.05
     assert f"h=1: {cells[9]} BLEU" in report["claims"]["conclusion"]
+    # h08-seed3 was evaluated at a BLEU-selected checkpoint, not the loss-selected one: out of the tests, named
+    assert report["significance"]["left_out"] == ["h08-seed3"]
+    assert any("h08-seed3 (evaluated update 2,200, lowest validation loss at 2,600)" in n for n in report["notes"])
+    assert report["significance"]["seed_level"][0]["baseline_seeds"] == [1, 2]
+    runs = {run["name"]: run for run in report["runs"]}
+    assert (runs["h01-seed1"]["precision"], runs["h01-seed1"]["device"]) == ("bf16", "AMD EPYC")
     h1 = next(row for row in report["by_heads"] if row["heads"] == 1)
     assert h1["diff_to_h8"]["test_bleu"] == pytest.approx(paired, abs=0.006)  # report.json, the CSV and the claim
     assert report["claims"]["ours"]["test_bleu"] == -h1["diff_to_h8"]["test_bleu"]
@@ -532,7 +542,8 @@ def test_a_study_continues_from_its_exported_files(reference, spm_cache, tmp_pat
     assert result.returncode == 0, result.stderr + result.stdout
     assert "2 of 2 runs already finished: skipped" in result.stdout
     assert not list(exported.rglob("*.pt"))
-    elsewhere = [*cli_sets(spm_cache), "--set", f"data.local_dir={tmp_path}"]
+    moved_data = shutil.copytree(TOY, tmp_path / "moved-toy")  # the same files in another directory
+    elsewhere = [*cli_sets(spm_cache), "--set", f"data.local_dir={moved_data}"]
     moved = run_cli("ablate", str(TINY), "--heads", HEADS, "--out", str(exported), *elsewhere)
     assert_clean_error(moved, "different config (data.local_dir")
 

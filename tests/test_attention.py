@@ -58,9 +58,9 @@ def torch_mha_like(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     return ref.eval()
 
 
-def random_mha(d_model: int, n_heads: int, seed: int = 0) -> MultiHeadAttention:
+def random_mha(d_model: int, n_heads: int, seed: int = 0, d_head: int | None = None) -> MultiHeadAttention:
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(d_model, n_heads).eval()
+    mha = MultiHeadAttention(d_model, n_heads, d_head=d_head).eval()
     with torch.no_grad():  # the module initialises biases to 0; make them count
         for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
             linear.bias.normal_(0.0, 0.1)
@@ -118,6 +118,42 @@ def test_fused_explicit_reference_and_torch_agree(d_model, n_heads, kind):
     assert torch.all(probs[~allowed] == 0)
     assert_close(probs.sum(-1), torch.ones(B, n_heads, Tq))
     assert torch.all(probs[allowed] > 0)
+
+
+# model.d_head set: heads of a fixed size whatever h, wider (8 × 32 = 256 > 32) or narrower than d_model.
+FIXED_HEAD_SETTINGS = [(32, 1, 8), (32, 4, 16), (32, 8, 32), (48, 5, 12)]
+
+
+@pytest.mark.parametrize("d_model,n_heads,d_head", FIXED_HEAD_SETTINGS)
+@pytest.mark.parametrize("kind", ["padding", "causal+padding", "cross+padding"])
+def test_fused_explicit_and_reference_agree_with_a_decoupled_head_size(d_model, n_heads, d_head, kind):
+    mha = random_mha(d_model, n_heads, d_head=d_head)
+    assert mha.d_head == d_head
+    assert mha.w_q.weight.shape == (n_heads * d_head, d_model) and mha.w_o.weight.shape == (d_model, n_heads * d_head)
+    B, T = LENGTHS.numel(), int(LENGTHS.max())
+    torch.manual_seed(1)
+    x = torch.randn(B, T, d_model)
+    mask = key_padding(LENGTHS, T)[:, None, None, :]
+    query = torch.randn(B, 4, d_model) if kind == "cross+padding" else x
+    if kind == "causal+padding":
+        mask = mask & torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+
+    fused, _ = mha(query, x, mask)
+    explicit, probs = mha(query, x, mask, need_weights=True)
+    reference = reference_mha(mha, query, x, mask)
+    assert fused.shape == (B, query.size(1), d_model)
+    assert probs.shape == (B, n_heads, query.size(1), T)
+    assert_close(fused, explicit, **TOL)
+    assert_close(explicit, reference, **TOL)
+
+
+def test_a_decoupled_head_size_needs_no_divisibility_and_changes_the_parameters():
+    paper = MultiHeadAttention(32, 4)
+    assert paper.d_head == 8 and sum(p.numel() for p in paper.parameters()) == 4 * (32 * 32 + 32)
+    wide = MultiHeadAttention(32, 3, d_head=32)  # 3 does not divide 32: allowed once d_head is given
+    assert sum(p.numel() for p in wide.parameters()) == 3 * (32 * 96 + 96) + (96 * 32 + 32)
+    with pytest.raises(ValueError, match="must divide"):
+        MultiHeadAttention(32, 3)
 
 
 def test_comparison_notices_heads_concatenated_out_of_order():

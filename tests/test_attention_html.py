@@ -94,9 +94,10 @@ def default_page(tiny_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("attention-html")
     result = run_cli("attention", str(tiny_run), SENTENCE, "--out", str(out), "--html")
     assert result.returncode == 0, result.stderr + result.stdout
-    page = out / "attention.html"
+    report = next(out.glob("attention-*.json"))
+    page = report.with_suffix(".html")  # named as the sentence's other files
     assert f"html: {page}" in result.stdout
-    return page, json.loads(next(out.glob("attention-*.json")).read_text())
+    return page, json.loads(report.read_text())
 
 
 def lines(driver) -> list[tuple[int, int, int, float]]:

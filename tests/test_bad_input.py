@@ -266,7 +266,7 @@ CASES = [
     Case(
         "yaml-syntax",
         lambda w: w.train(w.tiny("d_ff: 128", "d_ff: [128")),
-        ["c.yaml at line 7, column 3: invalid YAML", "flow sequence started at line 6"],
+        ["c.yaml at line 8, column 3: invalid YAML", "flow sequence started at line 7"],
     ),
     Case("config-empty", lambda w: w.train(w.config("# nothing but a comment\n")), ["c.yaml", "config file is empty"]),
     Case(
@@ -600,7 +600,7 @@ CASES = [
     Case(
         "heads-checkpoint-bogus",
         lambda w: ["heads", str(w.run), "--checkpoint", "first"],
-        ["--checkpoint must be best or last, got 'first'"],
+        ["--checkpoint must be best, last or averaged, got 'first'"],
     ),
     Case(
         "heads-max-sentences-negative",

@@ -275,13 +275,17 @@ def test_torch_transformer_with_our_weights_is_our_model(norm):
     assert check.passed, check.detail
 
 
-def test_flop_count_is_the_models_matmul_weights_per_token():
+@pytest.mark.parametrize("n_heads, d_head", [(4, None), (3, 16)])  # model.d_head: heads of 16 whatever h
+def test_flop_count_is_the_models_matmul_weights_per_token(n_heads, d_head):
     """With one source and one target token, forward MACs = the weights of every Linear layer (each
-    used once per token) + the attention products over a single position."""
-    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64)
+    used once per token) + the attention products over a single position (over all heads' H·d_head)."""
+    cfg = ModelConfig(
+        d_model=32, n_heads=n_heads, d_head=d_head, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64
+    )
     model = build_model(cfg, 100)
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    attention = 2 * cfg.d_model * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
+    width = n_heads * (d_head or cfg.d_model // n_heads)
+    attention = 2 * width * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
     assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
 
 

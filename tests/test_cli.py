@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +16,7 @@ from mhatrain.cli import int_list
 from mhatrain.config import load_config
 from mhatrain.errors import MhatrainError
 
-from .conftest import TINY, assert_clean_error, library_translations, run_cli
+from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
 
 
 def test_train_writes_a_self_contained_run_dir(tiny_run):
@@ -136,3 +141,160 @@ def test_eval_with_another_alpha_gets_its_own_file(tiny_run, tmp_path):
     assert default["alpha"] == load_config(run / "config.yaml", check_paths=False).decode.alpha
     assert other["alpha"] == 1.0
     assert (run / "eval" / "test.beam2.alpha1.hyp.txt").is_file()
+
+
+# ----------------------------------------------------------------------------- what a new user meets
+
+
+def start_cli(*args: str, cwd: Path = ROOT) -> subprocess.Popen:
+    """`python -m mhatrain ARGS` running in the background, its output unbuffered."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mhatrain", *args],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def test_ctrl_c_stops_eval_with_status_130_and_one_line(tiny_run, tmp_path):
+    """`train && eval && ...` chains must stop when eval is interrupted: 130, as the shell expects."""
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    lines = (TOY / "train.en").read_text().splitlines() * 20  # long enough to be interrupted midway
+    (tmp_path / "src.en").write_text("\n".join(lines) + "\n")
+    (tmp_path / "ref.de").write_text("\n".join((TOY / "train.de").read_text().splitlines() * 20) + "\n")
+    proc = start_cli("eval", str(run), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.de"))
+    first = proc.stdout.readline()  # printed once the model is loaded, before translating
+    assert first.startswith("translating 40000 sentences"), first + proc.stderr.read()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert err.splitlines() == ["interrupted"], err
+    assert "Traceback" not in out + err
+    assert not list(run.glob("eval/src.*"))  # no report of the text it did not finish
+
+
+def test_help_shows_no_type_after_flags():
+    result = run_cli("train", "--help", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert "--resume" in result.stdout and "--keep-batch" in result.stdout
+    assert "<bool>" not in result.stdout
+
+
+def long_sentence() -> str:
+    """A sentence of some 900 characters: far more pieces than the tiny model's 128 positions."""
+    words = " ".join((TOY / "train.en").read_text().splitlines()[:60])
+    return words[:920]
+
+
+def test_long_inputs_are_translated_with_a_warning_that_counts_the_cut_ones(tiny_run, tmp_path):
+    long = long_sentence()
+    result = run_cli("translate", str(tiny_run), "A cat.", long, long)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: 2 of 3 sentences are longer than the model's 126 source pieces (model.max_positions=128): "
+        "each was cut to its first 126 pieces, and its translation covers only that part"
+    ]
+    short = run_cli("translate", str(tiny_run), "A cat.")
+    assert short.returncode == 0 and "warning" not in short.stderr
+
+
+def test_attention_and_eval_src_warn_of_a_cut_sentence(tiny_run, tmp_path):
+    long = long_sentence()
+    maps = run_cli("attention", str(tiny_run), long, "--out", str(tmp_path / "maps"), "--kind", "cross")
+    assert maps.returncode == 0, maps.stderr
+    assert "warning: 1 of 1 sentence is longer than the model's 126 source pieces" in maps.stderr
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    (tmp_path / "src.en").write_text(f"A cat.\n{long}\n")
+    (tmp_path / "ref.de").write_text("Eine Katze.\nLang.\n")
+    evaluated = run_cli("eval", str(run), "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.de"))
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "warning: 1 of 2 sentences is longer than the model's 126 source pieces" in evaluated.stderr
+
+
+def test_eval_given_a_file_says_it_is_not_a_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    assert_clean_error(
+        run_cli("eval", str(tmp_path / "notes.txt")), f"{tmp_path}/notes.txt is a file, not a run directory"
+    )
+
+
+def test_a_bad_set_value_on_the_command_line_is_blamed_on_the_set(tmp_path):
+    result = run_cli("train", str(TINY), "--out", str(tmp_path / "run"), "--set", "train.lr_factor=.nan")
+    assert_clean_error(result, "--set train.lr_factor=.nan: 'train.lr_factor' must be a finite number, got nan")
+    assert "tiny.yaml" not in result.stderr
+
+
+def test_a_diverging_run_without_a_checkpoint_does_not_name_one(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    sets = [
+        f"data.cache_dir={spm_cache}",
+        "train.lr_factor=1.0e+30",
+        "train.max_bad_updates=2",
+        "train.valid_every=1000",
+    ]
+    result = run_cli("train", str(TINY), "--out", str(out), *[arg for s in sets for arg in ("--set", s)])
+    assert result.returncode == 2, result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("error: stopped: 2 updates in a row skipped"), result.stderr
+    assert "no checkpoint was written" in error and "last good checkpoint" not in error
+    assert not list(out.glob("*.pt"))
+
+
+def test_export_into_a_file_is_a_clean_error(tiny_run, tmp_path):
+    (tmp_path / "a-file").write_text("keep me\n")
+    assert_clean_error(run_cli("export", str(tiny_run), str(tmp_path / "a-file")), "a-file is a file, not a directory")
+    assert (tmp_path / "a-file").read_text() == "keep me\n"
+
+
+def test_export_into_a_non_empty_directory_needs_overwrite_and_says_what_it_kept(tiny_run, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "config.yaml").write_text("mine\n")
+    (dest / "notes.md").write_text("mine too\n")
+    result = run_cli("export", str(tiny_run), str(dest))
+    assert_clean_error(result, f"{dest} is not empty", "--overwrite")
+    assert (dest / "config.yaml").read_text() == "mine\n" and sorted(p.name for p in dest.iterdir()) == [
+        "config.yaml",
+        "notes.md",
+    ]
+    forced = run_cli("export", str(tiny_run), str(dest), "--overwrite")
+    assert forced.returncode == 0, forced.stderr
+    assert (dest / "config.yaml").read_text() != "mine\n" and (dest / "notes.md").read_text() == "mine too\n"
+    assert "1 file already there was kept: notes.md" in forced.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_cli("export", str(tiny_run), str(empty)).returncode == 0
+
+
+def test_attention_html_pages_of_two_sentences_do_not_overwrite_each_other(tiny_run, tmp_path):
+    pages = []
+    for sentence in ("The red cat sees the dog.", "The old man holds the hat."):
+        result = run_cli("attention", str(tiny_run), sentence, "--out", str(tmp_path), "--kind", "cross", "--html")
+        assert result.returncode == 0, result.stderr
+        pages.append(next(line for line in result.stdout.splitlines() if line.startswith("html: "))[6:])
+    assert pages[0] != pages[1]
+    assert all(Path(page).is_file() and Path(page).parent == tmp_path for page in pages)
+    assert "The red cat" in Path(pages[0]).read_text() and "The old man" in Path(pages[1]).read_text()
+
+
+def test_ablate_checks_the_test_split_before_training(tmp_path, spm_cache):
+    out = tmp_path / "study"
+    result = run_cli(
+        "ablate",
+        str(TINY),
+        "--heads",
+        "4",
+        "--out",
+        str(out),
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "data.test_split=nosuch",
+    )
+    assert_clean_error(result, "no files for split 'nosuch'")
+    assert not list(tmp_path.rglob("*.pt")) and not list(tmp_path.rglob("metrics.jsonl"))

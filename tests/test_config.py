@@ -69,6 +69,7 @@ def test_resolved_config_round_trips(tmp_path):
         ({"model": {"d_model": 2.5}}, "'model.d_model' must be int, got float"),
         ({"train": {"valid_bleu": "yes"}}, "'train.valid_bleu' must be bool"),
         ({"model": {"d_model": 100, "n_heads": 8}}, "'model.n_heads' must divide model.d_model=100, got 8"),
+        ({"model": {"d_head": 0}}, "'model.d_head' must be positive (or null for d_model / n_heads), got 0"),
         ({"model": {"dropout": 1.0}}, "'model.dropout' must be in [0, 1), got 1.0"),
         ({"model": {"dropout": -0.1}}, "'model.dropout' must be in [0, 1)"),
         ({"model": {"d_ff": 0}}, "'model.d_ff' must be positive, got 0"),
@@ -133,3 +134,72 @@ def test_override_validation_runs_after_overrides():
 def test_config_from_dict_validates():
     with pytest.raises(ConfigError, match="must be positive"):
         config_from_dict({"model": {"n_encoder_layers": 0}})
+
+
+@pytest.mark.parametrize("text", ["1e-9", "1.0e-9", "'1e-9'", "+1E-9"])
+def test_float_keys_accept_numbers_that_yaml_reads_as_strings(tmp_path, text):
+    """YAML 1.1 reads 1e-9 (no dot) as a string; the paper's values are written so."""
+    path = write(tmp_path, {"train": {"lr_factor": 2}})
+    with open(path, "a") as f:
+        f.write(f"  adam_eps: {text}\n")
+    assert load_config(path, check_paths=False).train.adam_eps == 1e-9
+    assert load_config(TINY, [f"train.adam_eps={text}"]).train.adam_eps == 1e-9
+
+
+def test_a_string_that_is_no_number_is_still_refused_for_a_float_key():
+    with pytest.raises(ConfigError, match="'train.adam_eps' must be float, got str 'tiny'"):
+        load_config(TINY, ["train.adam_eps=tiny"])
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "nan", "1e999"])
+def test_float_keys_must_be_finite(value):
+    item = f"train.lr_factor={value}"
+    with pytest.raises(ConfigError) as err:
+        load_config(TINY, [item])
+    assert str(err.value).startswith(f"--set {item}: 'train.lr_factor' must be a finite number, got ")
+
+
+def test_a_non_finite_float_in_a_file_names_the_file(tmp_path):
+    path = write(tmp_path, {"model": {"dropout": float("inf")}})
+    with pytest.raises(ConfigError, match=r"c\.yaml: 'model.dropout' must be a finite number, got inf"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("train.lr_factor=-1", "train.lr_factor"),
+        ("model.n_heads=3", "model.n_heads"),
+        ("model.dropout=1.5", "model.dropout"),
+        ("data.vocab_size=8", "data.vocab_size"),
+    ],
+)
+def test_a_bad_set_value_is_blamed_on_the_set_not_on_the_file(item, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(TINY, [item])
+    assert str(err.value).startswith(f"--set {item}: '{key}' ")
+    assert "tiny.yaml" not in str(err.value)
+
+
+def test_a_rule_between_two_keys_names_the_file_and_the_set_that_broke_it():
+    with pytest.raises(ConfigError) as err:
+        load_config(TINY, ["train.seed=3", "data.max_length=200"])
+    message = str(err.value)
+    assert message.startswith(f"{TINY} with --set data.max_length=200: 'model.max_positions' must exceed")
+    assert "train.seed" not in message
+
+
+def test_a_directory_or_a_device_given_as_config_is_named_as_such(tmp_path):
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} is a directory, not a YAML file"):
+        load_config(tmp_path)
+    with pytest.raises(ConfigError, match="config file /dev/null is not a regular file"):
+        load_config("/dev/null")
+
+
+def test_a_set_head_size_lifts_the_divisibility_rule_and_old_configs_load_without_it():
+    from mhatrain.config import head_size
+
+    cfg = config_from_dict({"model": {"d_model": 100, "n_heads": 8, "d_head": 16}}, check_paths=False)
+    assert head_size(cfg.model.d_model, cfg.model.n_heads, cfg.model.d_head) == 16
+    old = config_from_dict({"model": {"d_model": 64, "n_heads": 4}}, check_paths=False)  # written before d_head
+    assert old.model.d_head is None and head_size(64, 4, old.model.d_head) == 16

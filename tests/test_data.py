@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -308,3 +309,20 @@ def test_prefetcher_yields_in_order_stops_when_left_and_raises_errors(toy_tokeni
 
     with pytest.raises(ValueError, match="cannot build this batch"), D.Prefetcher(broken, [0]) as ahead:
         next(ahead)
+
+
+def test_an_unreachable_hub_is_one_error_without_the_clients_retry_lines(monkeypatch, capfd, caplog):
+    datasets = pytest.importorskip("datasets")
+
+    def unreachable(*args, **kwargs):
+        retries = logging.getLogger("huggingface_hub.utils._http")  # what the hub client logs per try
+        for attempt in range(1, 6):
+            retries.warning("'[Errno -2] Name or service not known' thrown while requesting HEAD https://hub")
+            retries.warning(f"Retrying in 1s [Retry {attempt}/5].")
+        raise ConnectionError("Couldn't reach 'someone/corpus' on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(DataError, match="cannot load hub dataset 'someone/corpus' split 'train': Couldn't reach"):
+        D.load_split(DataConfig(local_dir=None, dataset="someone/corpus"), "train")
+    assert "Retry" not in capfd.readouterr().err + caplog.text
+    assert logging.getLogger("huggingface_hub.utils._http").level == logging.NOTSET  # as it was

@@ -22,6 +22,7 @@ from mhatrain.heads import (
     EvalSet,
     Head,
     Judge,
+    about,
     all_heads,
     gates_without,
     normalise_per_layer,
@@ -430,3 +431,10 @@ def test_the_gradient_importance_note_in_the_heads_file_says_per_sentence():
     from mhatrain.heads import NOTES
 
     assert "sentence" in NOTES["gradient"] and "of the batch" not in NOTES["gradient"]
+
+
+@pytest.mark.parametrize(
+    "seconds, text", [(0.2, "about 1 s"), (20.4, "about 20 s"), (89, "about 89 s"), (600, "about 10 min")]
+)
+def test_the_time_estimate_of_a_short_analysis_is_in_seconds_not_0_min(seconds, text):
+    assert about(seconds) == text

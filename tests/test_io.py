@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 import pytest
 
@@ -57,3 +58,26 @@ def test_a_full_disk_during_torch_save_is_a_clear_error(tmp_path):
         atomic_write(target, lambda f: torch.save({"w": torch.zeros(100_000)}, FullDisk(f, 10_000)), binary=True)
     assert target.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_follow_the_umask_as_ordinary_files_do(tmp_path, umask, mode):
+    """Colleagues on shared storage read the reports: an atomic write is no more private than open() is."""
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.md", "text\n")
+        atomic_write_json(tmp_path / "report.json", {"a": 1})
+        atomic_write_text(tmp_path / "report.md", "replaced\n")
+        open(tmp_path / "plain.txt", "w").close()
+    finally:
+        os.umask(old)
+    for name in ("report.md", "report.json", "plain.txt"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+def test_a_trained_run_directory_is_readable_as_its_umask_allows(tiny_run):
+    umask = os.umask(0)
+    os.umask(umask)
+    expected = 0o666 & ~umask
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tiny_run.rglob("*") if p.is_file()}
+    assert {name: mode for name, mode in modes.items() if mode != expected} == {}

@@ -134,8 +134,9 @@ def encoded_batch(model):
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_cached_incremental_decoding_equals_full_recomputation(norm):
-    model = small_model(norm)
+@pytest.mark.parametrize("n_heads, d_head", [(4, None), (3, 16)])  # model.d_head: 3 heads of 16 in d_model 32
+def test_cached_incremental_decoding_equals_full_recomputation(norm, n_heads, d_head):
+    model = small_model(norm, n_heads=n_heads, d_head=d_head)
     memory, src_mask = encoded_batch(model)
     tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 6, seed=11)], dim=1)  # [3, 7]
     with torch.no_grad():
@@ -149,8 +150,8 @@ def test_cached_incremental_decoding_equals_full_recomputation(norm):
             assert_close(step[:, 0], model.decode(tgt[:, : t + 1], memory, src_mask)[:, -1], **TOL)
         # Self-attention keys grew one position per step; cross-attention keys were built once.
         layer = cache.layers[0]
-        assert layer.self_attn.k.shape == (3, 4, 7, 8)
-        assert layer.cross_attn.k.shape == (3, 4, 7, 8)
+        assert layer.self_attn.k.shape == (3, n_heads, 7, d_head or 8)
+        assert layer.cross_attn.k.shape == (3, n_heads, 7, d_head or 8)
 
 
 def test_cache_accepts_several_new_positions_at_once():

@@ -215,33 +215,40 @@ def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
     assert [step for step, _ in list_snapshots(tmp_path / "run")] == [1, 2, 3, 4]
 
 
-def test_a_compile_failure_at_the_first_update_falls_back_to_eager(tmp_path, spm_cache, monkeypatch):
-    """torch.compile succeeds but the compiled model fails when first called (as a backend failure does):
-    one warning line, then the same weights as an eager run (the update is redone from the same state)."""
+@pytest.mark.parametrize("failing_call", [1, 3])
+def test_a_compile_failure_at_any_update_falls_back_to_eager(tmp_path, spm_cache, monkeypatch, failing_call):
+    """torch.compile succeeds but the compiled model fails when called for the first or a later update
+    (as a backend failure does when a new graph compiles): one warning line, that update is redone
+    eagerly from the same state, the rest runs eager, and the weights are those of a run whose
+    compiled model never failed (here: the eager model itself behind a stand-in compile)."""
     calls = []
 
-    def failing_compile(model, **kwargs):
-        def compiled(*args, **kw):
-            calls.append(1)
-            raise RuntimeError("backend compiler failed\nlong traceback text")
+    def stand_in_compile(fail_at):
+        def compile(model, **kwargs):
+            def compiled(*args, **kw):
+                calls.append(1)
+                if len(calls) == fail_at:
+                    raise RuntimeError("backend compiler failed\nlong traceback text")
+                return model(*args, **kw)
 
-        return compiled
+            return compiled
 
-    eager = tmp_path / "eager"
-    train(quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false"), eager, console=Silent())
-    monkeypatch.setattr(torch, "compile", failing_compile)
+        return compile
+
+    config = ["train.max_steps=4", "train.valid_bleu=false", "train.compile=true"]
+    monkeypatch.setattr(torch, "compile", stand_in_compile(fail_at=0))
+    train(quiet_config(spm_cache, *config), tmp_path / "never-fails", console=Silent())
+    assert len(calls) == 4
+    calls.clear()
+    monkeypatch.setattr(torch, "compile", stand_in_compile(fail_at=failing_call))
     output = io.StringIO()
-    train(
-        quiet_config(spm_cache, "train.max_steps=3", "train.valid_bleu=false", "train.compile=true"),
-        tmp_path / "compiled",
-        console=Console(file=output, width=300),
-    )
+    train(quiet_config(spm_cache, *config), tmp_path / "fails", console=Console(file=output, width=300))
     warnings = [line for line in output.getvalue().splitlines() if "torch.compile" in line]
     assert warnings == [
-        "warning: torch.compile failed at the first update (RuntimeError: backend compiler failed); running eager"
+        "warning: torch.compile failed (RuntimeError: backend compiler failed); running eager from here"
     ]
-    assert len(calls) == 1
-    assert_same_weights(weights(eager), weights(tmp_path / "compiled"))
+    assert len(calls) == failing_call
+    assert_same_weights(weights(tmp_path / "never-fails"), weights(tmp_path / "fails"))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

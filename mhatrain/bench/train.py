@@ -97,13 +97,25 @@ def _updates(
     model = model.to(device).train()
     optimizer = step_module.make_optimizer(model.parameters(), t, LR)  # the trainer's, for every peer
     scaler = loss_scaler(device, t.precision)
-    forward_model = torch.compile(model) if compile else model
+    if compile and hasattr(step_module, "compile_model"):  # as train.compile: length buckets, one graph each
+        forward_model = step_module.compile_model(model)
+        limit = getattr(getattr(model, "cfg", None), "max_positions", 1 << 30)
+        batches = [b.padded_to(data.bucket_length(max(b.src.size(1), b.tgt_in.size(1)), limit)) for b in batches]
+    else:
+        forward_model = torch.compile(model) if compile else model
     shares = [[(batch.to(device), 1)] for batch in batches]  # on the device already, as a prefetched batch
     procs = Group(device)
 
     def step():
-        for share in shares:
-            stats = step_module.optimizer_update(forward_model, model, optimizer, scaler, share, t, LR, procs)
+        results = [
+            step_module.optimizer_update(forward_model, model, optimizer, scaler, share, t, LR, procs)
+            for share in shares
+        ]
+        # The statistics read once per sample, as training reads them once per log line (a checkout from
+        # before step.Update returns them read already)
+        if hasattr(step_module, "read_updates"):
+            results = step_module.read_updates(results)
+        for stats in results:
             if "skipped" in stats:  # a skipped update is not the cost of a step
                 raise MhatrainError(f"bench train: an update was skipped ({stats['skipped']})")
 

@@ -1,0 +1,77 @@
+"""The report as a terminal shows it: a table narrow enough to read, the full one in report.md."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from mhatrain.report import show
+
+from .conftest import ROOT
+
+COMMITTED_REPORT = ROOT / "results" / "ablate-multi30k" / "report.json"  # five h, three seeds each
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return json.loads(COMMITTED_REPORT.read_text(encoding="utf-8"))
+
+
+def shown(report: dict, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
+    show(report, console)
+    return console.file.getvalue()
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """The table's data rows by their first cell (h), each as its cells."""
+    rows = {}
+    for line in text.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [cell.strip() for cell in line.strip("│").split("│")]
+        if cells[0].isdigit():
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_the_terminal_table_shows_every_h_and_its_verdict(report, width):
+    text = shown(report, width)
+    assert max(len(line) for line in text.splitlines() if line.startswith(("│", "┃"))) <= width
+    rows = table_rows(text)
+    assert list(rows) == [str(row["heads"]) for row in report["by_heads"]]
+    for row in report["by_heads"]:
+        cells = rows[str(row["heads"])]
+        assert f"{row['runs_done']}/{row['runs']}" in cells
+        assert f"{row['test_bleu']['mean']:.2f} ± {row['test_bleu']['std']:.2f}" in cells
+        verdict = (row["seed_test"] or {}).get("verdict")
+        if verdict is not None:
+            assert " ".join(cells).count(verdict) == 1
+    assert len({tuple(cells) for cells in rows.values()}) == len(rows)
+
+
+def test_the_terminal_table_names_its_columns_and_points_to_the_full_one(report):
+    text = shown(report, 100)
+    header = next(line for line in text.splitlines() if line.startswith("┃"))
+    assert re.findall(r"┃\s*([^┃]*?)\s*(?=┃)", header) == [
+        "h",
+        "runs",
+        "test BLEU",
+        "Δ vs h=8",
+        "adjusted p",
+        "verdict",
+    ]
+    assert "report.md" in text
+    assert f"Head-count study: {report['study_dir']}" in text
+
+
+def test_a_log_file_keeps_the_full_table(report):
+    log = Console(file=io.StringIO(), width=100, color_system=None)  # not a terminal
+    show(report, log)
+    header = next(line for line in log.file.getvalue().splitlines() if line.startswith("┃"))
+    assert "paper BLEU" in header and "test chrF" in header

@@ -1,0 +1,232 @@
+"""`ablate --vary`: a grid of cells, each with the heads × seeds grid; its record, resume, errors and the
+regime map of `report`; and what a point costs when model.d_head decouples the head size from h."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+
+from mhatrain.config import load_config
+from mhatrain.model import build_model, count_parameters
+from mhatrain.regimes import interaction, point_cost
+from mhatrain.report import verdict_of
+from mhatrain.study import Point, expand_grid, parse_cell, parse_point_name, point_dirs
+
+from .conftest import TINY, TOY, assert_clean_error, run_cli
+
+VARY = ["--vary", "model.norm=pre,post"]
+CELLS = ("model.norm=pre", "model.norm=post")
+
+
+def sets(spm_cache) -> list[str]:
+    items = [
+        f"data.cache_dir={spm_cache}",
+        f"data.local_dir={TOY}",
+        "train.max_steps=40",
+        "train.valid_max_sentences=10",
+        "train.log_every=1000",
+    ]
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def files_of(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory, spm_cache) -> dict:
+    """A study over model.norm ∈ {pre, post} × h ∈ {1, 8}: seed 1 first, then continued with seeds 1,2."""
+    out = tmp_path_factory.mktemp("varied") / "study"
+    first = run_cli("ablate", str(TINY), *VARY, "--heads", "1,8", "--seeds", "1", "--out", str(out), *sets(spm_cache))
+    assert first.returncode == 0, first.stderr + first.stdout
+    seed1 = {cell: files_of(out / cell / "h01-seed1") for cell in CELLS}
+    second = run_cli(
+        "ablate", str(TINY), *VARY, "--heads", "1,8", "--seeds", "1,2", "--out", str(out), *sets(spm_cache)
+    )
+    assert second.returncode == 0, second.stderr + second.stdout
+    return {"out": out, "first": first, "second": second, "seed1": seed1}
+
+
+# ----------------------------------------------------------------------------- names and grid
+
+
+def test_points_of_a_cell_live_in_its_folder_and_plain_names_are_unchanged():
+    cell = (("model.norm", "pre"), ("model.d_model", "128"))
+    point = Point(8, 2, cell)
+    assert point.name == "model.norm=pre,model.d_model=128/h08-seed2"
+    assert point.overrides == ["model.norm=pre", "model.d_model=128", "model.n_heads=8", "train.seed=2"]
+    assert parse_point_name(point.name) == point
+    assert Point(8, 2).name == "h08-seed2" and parse_point_name("h08-seed2") == Point(8, 2)
+    assert parse_cell("model.norm=pre") == (("model.norm", "pre"),)
+    assert parse_cell("logs") is None and parse_cell("h08-seed1") is None
+    grid = expand_grid([8, 1], [2, 1], {"model.norm": ["pre", "post"]})
+    assert [p.name for p in grid[:4]] == [
+        "model.norm=pre/h01-seed2",
+        "model.norm=pre/h08-seed2",
+        "model.norm=post/h01-seed2",
+        "model.norm=post/h08-seed2",
+    ]
+    assert expand_grid([1], [1]) == [Point(1, 1)]
+
+
+# ----------------------------------------------------------------------------- the study
+
+
+def test_a_varied_study_names_its_cells_records_its_factors_and_resumes(varied):
+    out = varied["out"]
+    record = yaml.safe_load((out / "study.yaml").read_text())
+    assert record["factors"] == {"model.norm": ["pre", "post"]}
+    assert record["heads"] == [1, 8] and record["seeds"] == [1, 2]
+    found = {point.name for point, _ in point_dirs(out)}
+    assert found == {f"{cell}/h{h:02d}-seed{s}" for cell in CELLS for h in (1, 8) for s in (1, 2)}
+    for cell, norm in zip(CELLS, ("pre", "post")):
+        assert yaml.safe_load((out / cell / "h08-seed2" / "config.yaml").read_text())["model"]["norm"] == norm
+    assert "4 of 8 runs already finished: skipped" in varied["second"].stdout
+    for cell in CELLS:  # the continued study did not retrain, re-evaluate or rewrite the first seed's points
+        assert files_of(out / cell / "h01-seed1") == varied["seed1"][cell]
+    # pre-LN has a final LayerNorm in each stack that post-LN has not: 2 × 2 × 64 parameters more
+    summaries = {
+        cell: json.loads((out / cell / "h01-seed1" / "train_summary.json").read_text())["parameters"] for cell in CELLS
+    }
+    assert summaries["model.norm=pre"] - summaries["model.norm=post"] == 256
+
+
+def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
+    out = varied["out"]
+    report = json.loads((out / "report.json").read_text())
+    assert [cell["name"] for cell in report["cells"]] == list(CELLS)
+    assert report["baseline_heads"] == 8 and report["runs_done"] == 8
+    for cell in CELLS:  # each cell is reported as a study of its own, with the main report's test against h=8
+        sub = json.loads((out / cell / "report.json").read_text())
+        assert sub["runs_done"] == 4
+        assert sub["by_heads"][0]["heads"] == 1 and sub["by_heads"][0]["seed_test"] is not None
+        assert "## By number of heads" in (out / cell / "report.md").read_text()
+        row = next(r for r in report["regime_map"] if r["cell"] == cell and r["heads"] == 1)
+        bleu = {(run["heads"], run["seed"]): run["test_bleu"] for run in sub["runs"]}
+        expected = [bleu[1, seed] - bleu[8, seed] for seed in (1, 2)]
+        assert row["seeds"] == [1, 2] and row["differences"] == pytest.approx(expected, abs=1e-4)
+        assert row["difference"] == pytest.approx(sum(expected) / 2, abs=1e-4)
+        assert (row["test_p_adjusted"], row["verdict"]) == verdict_of(sub["by_heads"][0])  # the cell's test
+        assert row["verdict"] is not None and row["test_ci95"][0] <= row["test_ci95"][1]
+        assert row["parameters"] == sub["by_heads"][0]["parameters"] and row["flops_per_token"] > 0
+    (test,) = report["interaction"]
+    assert test["heads"] == 1 and test["cells"] == 2 and test["differences"] == 4 and test["df"] == [1, 2]
+    with open(out / "regime-map.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["model.norm"], r["heads"]) for r in rows] == [("pre", "1"), ("pre", "8"), ("post", "1"), ("post", "8")]
+    assert (out / "regime-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (out / "report.md").read_text()
+    assert "## Regime map" in markdown and "## Does Δ differ between cells?" in markdown
+    assert "Regime map of study" in varied["second"].stdout  # ablate ends with the report
+
+
+def test_the_interaction_test_is_a_one_way_anova_of_the_per_seed_differences():
+    rows = [
+        {"cell": "a", "heads": 1, "differences": [0.5, 0.9, 0.7]},
+        {"cell": "b", "heads": 1, "differences": [-0.4, 0.1, -0.2, 0.0]},
+        {"cell": "c", "heads": 1, "differences": [1.5, 1.1]},
+        {"cell": "a", "heads": 8, "differences": []},
+    ]
+    (test,) = interaction(rows, baseline=8)
+    expected = stats.f_oneway([0.5, 0.9, 0.7], [-0.4, 0.1, -0.2, 0.0], [1.5, 1.1])
+    assert test["F"] == pytest.approx(expected.statistic, abs=1e-4) and test["p"] == pytest.approx(expected.pvalue)
+    assert test["df"] == [2, 6] and test["delta_range"] == [-0.125, 1.3]
+    one_seed = [{"cell": "a", "heads": 1, "differences": [1.0]}, {"cell": "b", "heads": 1, "differences": [0.5]}]
+    (untestable,) = interaction(one_seed, baseline=8)  # no cell with two seeds: no within-cell variance
+    assert untestable["p"] is None and untestable["verdict"] == "untestable"
+
+
+def test_dry_run_shows_the_cells_and_their_cost(tmp_path, spm_cache):
+    out = tmp_path / "study"
+    result = run_cli(
+        "ablate", str(TINY), "--vary", "model.d_head=8,32", "--heads", "1,3", "--out", str(out), "--dry-run"
+    )
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.strip().splitlines()
+    assert len(commands) == 4 and all("--set model.d_head=" in line for line in commands)
+    assert "2 cells (model.d_head ∈ {8, 32})" in result.stderr and "MFLOPs/token" in result.stderr
+    assert "model.d_head=32:" in result.stderr and "d_k=32" in result.stderr
+    assert not any((out / cell / "h01-seed1" / "best.pt").exists() for cell in ("model.d_head=8", "model.d_head=32"))
+
+
+def test_a_point_costs_what_its_model_has_when_d_head_is_set():
+    for d_head, heads in ((None, 4), (32, 4), (32, 3)):
+        settings = [f"model.n_heads={heads}", f"model.d_head={'null' if d_head is None else d_head}"]
+        config = load_config(TINY, settings, check_paths=False)
+        cost = point_cost(config, vocab_size=64)
+        assert cost["parameters"] == count_parameters(build_model(config.model, 64))
+        assert cost["d_head"] == (d_head or 64 // heads)
+    wide, paper = load_config(TINY, ["model.d_head=32"], check_paths=False), load_config(TINY, check_paths=False)
+    assert point_cost(wide)["flops_per_token"] > point_cost(paper)["flops_per_token"]  # 4 × 32 > d_model = 64
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "vary, fragments",
+    [
+        ("model.nope=1,2", ["--vary model.nope=1,2", "unknown key 'model.nope'"]),
+        ("model.norm=sideways", ["--vary model.norm=sideways", "'model.norm' must be one of post, pre"]),
+        ("model.norm", ["--vary model.norm", "expected KEY=V1,V2"]),
+        ("model.n_heads=2,4", ["--vary model.n_heads=2,4", "set per grid point by --heads"]),
+        ("train.seed=1,2", ["set per grid point by --seeds"]),
+        ("model.norm=pre,pre", ["pre is given twice"]),
+        ("data.local_dir=a/b", ["'a/b' is not a value"]),
+        ("model.d_model=64,36", ["--heads: 8 does not divide model.d_model=36 in cell model.d_model=36"]),
+    ],
+)
+def test_bad_vary_options_fail_in_one_line_before_anything_is_written(tmp_path, vary, fragments):
+    out = tmp_path / "study"
+    result = run_cli("ablate", str(TINY), "--vary", vary, "--heads", "1,8", "--out", str(out))
+    assert_clean_error(result, *fragments)
+    assert not out.exists()
+
+
+def test_a_study_refuses_other_factors(varied, spm_cache):
+    out = varied["out"]
+    before = files_of(out)
+    for other, fragment in (
+        (["--vary", "model.norm=pre"], "with --vary model.norm=pre: give the same --vary options"),
+        ([], "without --vary: give the same --vary options"),
+    ):
+        command = ["ablate", str(TINY), *other, "--heads", "1,8", "--out", str(out), "--dry-run", *sets(spm_cache)]
+        result = run_cli(*command)
+        assert_clean_error(result, f"{out} holds a study with --vary model.norm=pre,post", fragment)
+    assert {k: v for k, v in files_of(out).items() if k != "provenance.json"} == {
+        k: v for k, v in before.items() if k != "provenance.json"
+    }
+
+
+def test_report_of_a_cell_folder_alone_is_a_plain_study(varied, tmp_path):
+    """A cell's folder is laid out as a study: `report` works on it by itself."""
+    from rich.console import Console
+
+    from mhatrain.report import report_study
+
+    cell = tmp_path / CELLS[0]
+    shutil.copytree(varied["out"] / CELLS[0], cell)
+    report = report_study(cell, Console(file=io.StringIO()))
+    assert report["runs_done"] == 4 and [row["heads"] for row in report["by_heads"]] == [1, 8]
+
+
+def test_export_copies_every_cell(varied, tmp_path):
+    exported = tmp_path / "exported"
+    assert run_cli("export", str(varied["out"]), str(exported)).returncode == 0
+    for cell in CELLS:
+        assert (exported / cell / "report.md").is_file()
+        assert (exported / cell / "h08-seed2" / "eval" / "test.beam3.json").is_file()
+        assert not list((exported / cell).rglob("*.pt"))
+    assert (exported / "regime-map.csv").is_file() and (exported / "study.yaml").is_file()
