@@ -69,6 +69,7 @@ RESUMABLE_CHANGES = {
     "train.tokens_per_update",  # judged by `resume_accum_steps`: the tokens per update may
     # change only when asked
     "train.checkpoint_every_minutes",
+    "train.gpu_checkpoint_minutes",
     "train.keep_checkpoints",
 }
 
@@ -287,7 +288,8 @@ def check_compatible(state: dict, config: Config, where: str, vocab_fingerprint:
     if not isinstance(saved, dict):
         raise CheckpointError(f"{where}: checkpoint has no config")
     try:
-        config_from_dict(saved, where, check_paths=False)
+        # completed with this version's defaults, so a key added since the checkpoint was written is no difference
+        saved = config_from_dict(saved, where, check_paths=False).to_dict()
     except Exception:
         raise CheckpointError(f"{where}: checkpoint config is not valid for this version") from None
     differs = [k for k in config_differences(saved, config.to_dict()) if k not in RESUMABLE_CHANGES]

@@ -1215,6 +1215,10 @@ def show(report: dict, console: Console) -> None:
     width keeps every h visible); in a log file or a pipe, which have no width to respect, the full table."""
     title = f"Head-count study: {report['study_dir']} — {_status_line(report)}"
     compact = console.is_terminal
+
+    def say(text: str) -> None:  # in a terminal, prose wraps between words at the terminal's width
+        console.print(text, highlight=False, soft_wrap=not compact)
+
     headers, cells = (COMPACT_HEADERS, _compact_cells) if compact else (SHORT_HEADERS, _row_cells)
     table = Table(title=title, title_justify="left")
     for header in headers:
@@ -1228,21 +1232,20 @@ def show(report: dict, console: Console) -> None:
         table.add_row(*cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
     if compact:
         console.print(table)
-        console.print(
-            f"Δ: test BLEU of h minus h={BASELINE_HEADS}, mean over the seeds both have; adjusted p: two-sided, "
-            f"against h={BASELINE_HEADS} over seeds and test sentences, adjusted over the h compared; verdict: what "
-            f"that test allows. The full table (perplexity, chrF, every test, the paper's Table 3 A): report.md.",
-            highlight=False,
+        say(
+            f"Δ: test BLEU of h minus h={BASELINE_HEADS} as the test estimates it, over the runs that meet the "
+            f"study's checkpoint measure; adjusted p: two-sided, against h={BASELINE_HEADS} over seeds and test "
+            f"sentences, adjusted over the h compared; verdict: what that test allows. The full table "
+            f"(perplexity, chrF, every test, the paper's Table 3 A): report.md."
         )
     else:
         wide = Console(file=io.StringIO(), width=250, color_system=None)
         wide.print(table)
         console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
-        console.print(
-            "Δ: h minus h=8, mean over the seeds both have; Δ 95% and p: two-sided h × seed-block test against h=8 "
+        say(
+            "Δ: h minus h=8 as the test estimates it, over the runs that meet the checkpoint measure; Δ 95% and p: two-sided h × seed-block test against h=8 "
             "(seed and test-sentence noise); Holm: adjusted over the h compared; paper: Table 3 (A), "
-            "newstest2013 dev (another data set and model size: compare shapes).",
-            highlight=False,
+            "newstest2013 dev (another data set and model size: compare shapes)."
         )
     claims = report["claims"]
     ours = claims["ours"]
@@ -1251,15 +1254,14 @@ def show(report: dict, console: Console) -> None:
         if ours
         else "ours: needs finished h=1 and h=8 runs"
     )
-    console.print(
+    say(
         f"h=8 − h=1: article claims {_signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
-        f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}",
-        highlight=False,
+        f"paper {_signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}"
     )
-    console.print(claims["conclusion"], highlight=False)
-    console.print(provenance.summary_line(report["provenance"]), highlight=False)
+    say(claims["conclusion"])
+    say(provenance.summary_line(report["provenance"]))
     for note in report["notes"]:
-        console.print(f"note: {note}", highlight=False)
+        say(f"note: {note}")
 
 
 def plot(report: dict, path: Path) -> None:
@@ -1334,5 +1336,5 @@ def report_study(study_dir: Path, console: Console, n_samples: int = BOOTSTRAP_S
     report = build_report(Path(study_dir), n_samples)
     paths = write(report, Path(study_dir))
     show(report, console)
-    console.print("report: " + "  ".join(str(p) for p in paths), highlight=False)
+    console.print("report: " + "  ".join(str(p) for p in paths), highlight=False, soft_wrap=not console.is_terminal)
     return report

@@ -134,3 +134,24 @@ def test_conflicting_options_give_one_line(tiny_run):
     assert_clean_error(
         run_cli("score", "--hyp", str(TOY / "test.de"), "--sacrebleu-set", "wmt14"), "--sacrebleu-set needs --langpair"
     )
+
+
+def test_a_run_written_before_a_config_key_existed_still_loads(tiny_run, tmp_path):
+    """A checkpoint and config.yaml without keys added since (here model.d_head and
+    train.gpu_checkpoint_minutes) load with those keys' defaults instead of being refused as another config."""
+    import yaml
+
+    from mhatrain.checkpoint import load_checkpoint, save_checkpoint
+
+    run = tmp_path / "old-run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("eval", "heads", "snapshots"))
+    state = load_checkpoint(run / "best.pt")
+    del state["config"]["model"]["d_head"], state["config"]["train"]["gpu_checkpoint_minutes"]
+    save_checkpoint(run / "best.pt", state)
+    written = yaml.safe_load((run / "config.yaml").read_text())
+    del written["model"]["d_head"], written["train"]["gpu_checkpoint_minutes"]
+    (run / "config.yaml").write_text(yaml.safe_dump(written, sort_keys=False))
+
+    result = run_cli("eval", str(run), "--split", "valid", "--beam", "1")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((run / "eval" / "valid.beam1.json").read_text())["sentences"] > 0
