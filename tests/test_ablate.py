@@ -451,7 +451,7 @@ def test_the_committed_multi30k_study_rebuilds_its_report(tmp_path, monkeypatch,
     assert rebuilt["runs_done"] == committed["runs_done"] and rebuilt["runs_total"] == committed["runs_total"]
     for key in ("runs", "by_heads", "significance", "claims"):
         assert rebuilt[key] == committed[key], key
-    assert {run["seed"] for run in rebuilt["runs"]} == set(range(1, seeds + 1))
+    assert set(range(1, seeds + 1)) <= {run["seed"] for run in rebuilt["runs"]}  # with any seeds added since
 
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="needs the Multi30k files beside the repository")

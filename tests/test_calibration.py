@@ -38,7 +38,9 @@ def test_the_pool_is_the_committed_systems():
         references = f.read().splitlines()
     shipped = np.load(POOL)
     for name, stats in zip(shipped["systems"], shipped["stats"]):
-        hyps = (STUDY / name / "eval" / "test.beam4.hyp.txt").read_text(encoding="utf-8").splitlines()
+        # a point retrained since keeps its first version in bleu-selected/ (see the study's README)
+        first = STUDY / "bleu-selected" / name if (STUDY / "bleu-selected" / name).is_dir() else STUDY / name
+        hyps = (first / "eval" / "test.beam4.hyp.txt").read_text(encoding="utf-8").splitlines()
         assert np.array_equal(sentence_statistics(hyps, references), stats), name
 
 
