@@ -1,7 +1,13 @@
 """The `mhatrain` command line: one thin command per stage, options → library calls.
 
 Errors a user can fix (bad config, data, files, options) print one line and exit with status 2;
-`--debug` shows the traceback instead.
+`--debug` shows the traceback instead. An option with a fixed set of values is a plain string checked
+by `choice`, so that every such error reads the same: "--OPTION must be A, B or C, got 'X'".
+
+Imports: a library module that loads torch (most of them: a second or more) is imported inside the
+command or helper that calls it, so that `mhatrain --help`, a command's `--help` and option errors
+answer without that cost. The module-level imports are the torch-free ones: the option parser, rich,
+parts of core, and the bench package's options (its benches load torch when they run).
 """
 
 from __future__ import annotations
@@ -9,12 +15,21 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperOption
 
-from .errors import MhatrainError
+from .bench import BenchOptions, report_benches
+from .bench.options import BENCHES, DEFAULT_CONFIG, PRECISIONS
+from .bench.options import check_options as check_bench_options
+from .core.config import load_config
+from .core.errors import MhatrainError
+from .core.files import atomic_write_json
+from .core.rundir import CHECKPOINT_FILES
 
 app = typer.Typer(
     add_completion=False,
@@ -28,7 +43,7 @@ _state = {"debug": False}
 
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
 OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
-CHECKPOINTS = ("best", "last", "averaged")  # what `heads --checkpoint` may name, as `eval --checkpoint` may
+CHECKPOINTS = tuple(CHECKPOINT_FILES)  # best, last, averaged: what `eval` and `heads` --checkpoint may name
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells expect
 
 
@@ -82,9 +97,8 @@ def train(
     ),
 ):
     """Train a model from CONFIG into a run directory (under torchrun: one process per device)."""
-    from .config import load_config
-    from .distributed import is_main_process
-    from .train import train as run_training
+    from .core.distributed import is_main_process
+    from .training.loop import train as run_training
 
     if keep_batch and new_batch:
         raise MhatrainError(
@@ -126,15 +140,28 @@ def evaluate(
     ),
     beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
     alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
-    checkpoint: Literal["best", "last", "averaged"] = typer.Option(
-        "best", "--checkpoint", help="best, last, or averaged (see `mhatrain average`)."
+    checkpoint: str = typer.Option(
+        "best", "--checkpoint", metavar="|".join(CHECKPOINTS), help="best, last, or averaged (see `mhatrain average`)."
     ),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
-    from .runner import evaluate_run
+    checkpoint = choice(checkpoint, "--checkpoint", CHECKPOINTS)
+    from .inference.trained import evaluate_run
 
-    evaluate_run(run_dir, split, beam, alpha, checkpoint, set_ or [], console, src, ref, sacrebleu_set, langpair)
+    evaluate_run(
+        run_dir,
+        split,
+        beam=beam,
+        alpha=alpha,
+        which=checkpoint,
+        overrides=set_ or [],
+        console=console,
+        src=src,
+        ref=ref,
+        sacrebleu_set=sacrebleu_set,
+        langpair=langpair,
+    )
 
 
 @app.command()
@@ -154,8 +181,7 @@ def score(
     ),
 ):
     """Score an existing hypothesis file: sacreBLEU BLEU, chrF and lowercased BLEU, with signatures."""
-    from .evaluate import score_files, show_scores
-    from .io import atomic_write_json
+    from .inference.scoring import score_files, show_scores
 
     result = score_files(hyp, ref, sacrebleu_set, langpair)
     show_scores(result, f"{hyp} against {result['references']} ({result['sentences']} sentences)", console)
@@ -173,7 +199,7 @@ def translate(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Translate sentences given as arguments, or stdin line by line."""
-    from .runner import translate_lines
+    from .inference.trained import translate_lines
 
     lines = list(text) if text else None
     translate_lines(run_dir, lines, beam, alpha, set_ or [])
@@ -193,7 +219,7 @@ def average(
     ),
 ):
     """Average checkpoints' weights into RUN_DIR/averaged.pt (evaluate with --checkpoint averaged)."""
-    from .average import average_run, last_snapshots
+    from .training.average import average_run, last_snapshots
 
     if bool(checkpoints) == bool(last):
         raise MhatrainError(
@@ -228,9 +254,10 @@ def ablate(
     allow_code_change: bool = typer.Option(
         False, "--allow-code-change", help="Continue a study whose runs another commit started (mixes code versions)."
     ),
-    executor: Literal["slurm", "local"] | None = typer.Option(
+    executor: str | None = typer.Option(
         None,
         "--executor",
+        metavar="slurm|local",  # study.cluster.EXECUTORS, spelt out: importing it here would load torch
         # rich markup would read [slurm] as a style and print nothing of it: the backslash escapes it
         help="Run each point as a job through submitit: slurm, "
         "or local (subprocesses on this machine). Needs pip install 'mhatrain\\[slurm]'.",
@@ -241,30 +268,30 @@ def ablate(
     cpus: int | None = typer.Option(None, "--cpus", help="With --executor: CPU cores per point (also train.threads)."),
 ):
     """Head-count study (Table 3 A): train and evaluate every (h, seed) with d_k = d_model / h, then report."""
-    from .ablate import run_study
-    from .cluster import JobOptions
-
-    cluster = None
-    if executor is not None:
-        cluster = JobOptions(executor, partition, time_min, gpus, cpus)
-    elif any(v is not None for v in (partition, time_min, gpus, cpus)):
+    if executor is None and any(v is not None for v in (partition, time_min, gpus, cpus)):
         raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
     head_counts = int_list(heads, "--heads", "head counts")
     seed_list = int_list(seeds, "--seeds", "seeds")
+    from .study.ablate import run_study
+    from .study.cluster import EXECUTORS, JobOptions
+
+    cluster = None
+    if executor is not None:
+        cluster = JobOptions(choice(executor, "--executor", EXECUTORS), partition, time_min, gpus, cpus)
     run_study(
         config,
-        head_counts,
-        seed_list,
-        out,
-        set_ or [],
-        jobs,
-        devices,
-        dry_run,
-        overwrite,
-        console,
-        cluster,
-        allow_code_change,
-        vary or [],
+        heads=head_counts,
+        seeds=seed_list,
+        out=out,
+        overrides=set_ or [],
+        jobs=jobs,
+        devices_text=devices,
+        dry_run=dry_run,
+        overwrite=overwrite,
+        console=console,
+        cluster=cluster,
+        allow_code_change=allow_code_change,
+        vary=vary or [],
     )
 
 
@@ -273,7 +300,7 @@ def report(
     study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
 ):
     """Report a head-count study (also a partial one): tables, significance tests against h=8 and a plot."""
-    from .report import report_study
+    from .study.report import report_study
 
     report_study(study_dir, console)
 
@@ -286,7 +313,7 @@ def curves(
     ),
 ):
     """Learning curves: validation BLEU and perplexity and training loss against updates, best checkpoints marked."""
-    from .curves import draw_curves
+    from .study.curves import draw_curves
 
     draw_curves(paths, out, console)
 
@@ -300,7 +327,7 @@ def export(
     ),
 ):
     """Copy a study's or a run's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
-    from .export import export as export_files
+    from .study.export import export as export_files
 
     count, kept = export_files(source, dest, overwrite=overwrite)
     console.print(
@@ -332,7 +359,7 @@ def attention(
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
-    from .attention_maps import show_attention
+    from .analysis.maps import show_attention
 
     show_attention(run_dir, sentence, parse_layer(layer), parse_kinds(kind), out, console, set_ or [], html)
 
@@ -364,17 +391,18 @@ def heads(
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
     checkpoint = choice(checkpoint, "--checkpoint", CHECKPOINTS)
+    metric = choice(metric, "--metric", ("bleu", "loss"))
     if roles:
-        from .head_roles import analyse_roles
+        from .analysis.roles import analyse_roles
 
         analyse_roles(run_dir, split, max_sentences, out, checkpoint, set_ or [], console)
         return
-    from .heads import analyse_heads
+    from .analysis.importance import analyse_heads
 
     analyse_heads(
         run_dir,
         split,
-        choice(metric, "--metric", ("bleu", "loss")),
+        metric,
         max_sentences,
         beam,
         out,
@@ -384,60 +412,98 @@ def heads(
     )
 
 
-@app.command()
-def bench(
-    names: list[str] = typer.Argument(..., help="attention, train and/or decode (run in that order)."),
-    quick: bool = typer.Option(False, "--quick", help="Tiny shapes and models, few repetitions: runs in seconds."),
-    repeats: int | None = typer.Option(
-        None, "--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."
+# ----------------------------------------------------------------------------- bench: its options, then the command
+# Twenty options: declared here as annotated types (typer reads the option from the annotation, the
+# default from the parameter), so that the command's signature and body read at a glance.
+
+BenchNames = Annotated[list[str], typer.Argument(help="attention, train and/or decode (run in that order).")]
+BenchQuick = Annotated[bool, typer.Option("--quick", help="Tiny shapes and models, few repetitions: runs in seconds.")]
+BenchRepeats = Annotated[
+    int | None,
+    typer.Option("--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."),
+]
+BenchWarmup = Annotated[
+    int | None,
+    typer.Option(
+        "--warmup", min=0, help="Untimed rounds per peer before timing (default: attention 3, train 1, decode 1)."
     ),
-    warmup: int | None = typer.Option(
-        None, "--warmup", min=0, help="Untimed rounds per peer before timing (default: attention 3, train 1, decode 1)."
-    ),
-    precision: str | None = typer.Option(
-        None, "--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."
-    ),
-    heads: str | None = typer.Option(None, "--heads", help="attention: head counts h (default 1,4,8,16,32)."),
-    beams: str = typer.Option("1,4", "--beams", help="decode: beam sizes (1 = greedy)."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available)."),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for torch (0 = torch's default)."),
-    compile_: bool = typer.Option(
-        False, "--compile", help="torch.compile each peer (falls back to eager with a note)."
-    ),
-    memory: bool = typer.Option(
-        True, "--memory/--no-memory", help="Measure each peer's peak memory in a fresh process."
-    ),
-    config: Path | None = typer.Option(
-        None,
+]
+BenchPrecision = Annotated[
+    str | None,
+    typer.Option("--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."),
+]
+BenchHeads = Annotated[str | None, typer.Option("--heads", help="attention: head counts h (default 1,4,8,16,32).")]
+BenchBeams = Annotated[str, typer.Option("--beams", help="decode: beam sizes (1 = greedy).")]
+BenchDevice = Annotated[
+    str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda when available).")
+]
+BenchThreads = Annotated[int, typer.Option("--threads", min=0, help="CPU threads for torch (0 = torch's default).")]
+BenchCompile = Annotated[
+    bool, typer.Option("--compile", help="torch.compile each peer (falls back to eager with a note).")
+]
+BenchMemory = Annotated[
+    bool, typer.Option("--memory/--no-memory", help="Measure each peer's peak memory in a fresh process.")
+]
+BenchConfig = Annotated[
+    Path | None,
+    typer.Option(
         "--config",
         help="Model, batches and decoding settings (default: configs/multi30k.yaml in the current directory, "
         "a source checkout's root).",
     ),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
-    data: Path | None = typer.Option(
-        None,
+]
+BenchSet = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+BenchData = Annotated[
+    Path | None,
+    typer.Option(
         "--data",
         help="train/decode: text directory, e.g. ../shared/data/multi30k (default: data.local_dir; synthetic if absent).",
     ),
-    checkpoint: Path | None = typer.Option(
-        None, "--checkpoint", help="decode: a run directory whose best weights ours uses."
-    ),
-    max_sentences: int = typer.Option(
-        0, "--max-sentences", min=0, help="decode: the first N test sentences (0 = all)."
-    ),
-    batches: int | None = typer.Option(None, "--batches", min=1, help="train: batches per timed sample (default 4)."),
-    against: Path | None = typer.Option(
-        None,
+]
+BenchCheckpoint = Annotated[
+    Path | None, typer.Option("--checkpoint", help="decode: a run directory whose best weights ours uses.")
+]
+BenchMaxSentences = Annotated[
+    int, typer.Option("--max-sentences", min=0, help="decode: the first N test sentences (0 = all).")
+]
+BenchBatches = Annotated[
+    int | None, typer.Option("--batches", min=1, help="train: batches per timed sample (default 4).")
+]
+BenchAgainst = Annotated[
+    Path | None,
+    typer.Option(
         "--against",
         help="train, decode: time another checkout's step or search (its root folder) against ours, instead of the usual peers.",
     ),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the results as JSON."),
-    markdown_path: Path | None = typer.Option(None, "--markdown", help="Also write the tables as Markdown."),
+]
+BenchJson = Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON.")]
+BenchMarkdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the tables as Markdown.")]
+
+
+@app.command()
+def bench(
+    names: BenchNames,
+    quick: BenchQuick = False,
+    repeats: BenchRepeats = None,
+    warmup: BenchWarmup = None,
+    precision: BenchPrecision = None,
+    heads: BenchHeads = None,
+    beams: BenchBeams = "1,4",
+    device: BenchDevice = None,
+    threads: BenchThreads = 0,
+    compile_: BenchCompile = False,
+    memory: BenchMemory = True,
+    config: BenchConfig = None,
+    set_: BenchSet = None,
+    data: BenchData = None,
+    checkpoint: BenchCheckpoint = None,
+    max_sentences: BenchMaxSentences = 0,
+    batches: BenchBatches = None,
+    against: BenchAgainst = None,
+    json_path: BenchJson = None,
+    markdown_path: BenchMarkdown = None,
 ):
     """Time our attention, training step and decoding against named peers, in one process and run."""
-    from .bench import BenchOptions, report_benches
-    from .bench import options as bench_options
-
     chosen = parse_bench_names(list(names))
     options = BenchOptions(
         device=parse_device(device),
@@ -450,7 +516,7 @@ def bench(
         compile=compile_,
         memory=memory,
         threads=threads,
-        config=config or bench_options.DEFAULT_CONFIG,
+        config=config or DEFAULT_CONFIG,
         overrides=tuple(set_ or ()),
         data_dir=data,
         checkpoint=checkpoint,
@@ -458,7 +524,7 @@ def bench(
         batches=batches,
         against=against,
     )
-    bench_options.check_options(chosen, options, heads_given=heads is not None)
+    check_bench_options(chosen, options, heads_given=heads is not None)
     report_benches(chosen, options, console, json_path, markdown_path)
 
 
@@ -475,13 +541,9 @@ def choice(value: str, option: str, choices: tuple[str, ...]) -> str:
 
 def parse_kinds(kind: str) -> tuple[str, ...]:
     """--kind: one kind of attention, or all of them."""
-    from .attention_maps import KINDS
+    from .analysis.maps import KINDS
 
-    if kind == "all":
-        return KINDS
-    if kind not in KINDS:
-        raise MhatrainError(f"--kind must be one of {', '.join(KINDS)} or all, got {kind!r}")
-    return (kind,)
+    return KINDS if choice(kind, "--kind", (*KINDS, "all")) == "all" else (kind,)
 
 
 def parse_layer(layer: str) -> int | None:
@@ -496,8 +558,6 @@ def parse_layer(layer: str) -> int | None:
 
 def parse_bench_names(names: list[str]) -> list[str]:
     """The benches to run, each once, in the order given."""
-    from .bench.options import BENCHES
-
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         raise MhatrainError(f"unknown bench {unknown[0]!r}: choose from {', '.join(BENCHES)}")
@@ -508,22 +568,16 @@ def parse_bench_names(names: list[str]) -> list[str]:
 
 def parse_precision(text: str | None) -> tuple[str, ...] | None:
     """--precision of the benches: fp32, bf16 or both; None: each bench's default."""
-    from .bench.options import PRECISIONS
-
     if text is None:
         return None
-    if text == "both":
-        return PRECISIONS
-    if text not in PRECISIONS:
-        raise MhatrainError(f"--precision must be fp32, bf16 or both, got {text!r}")
-    return (text,)
+    return PRECISIONS if choice(text, "--precision", (*PRECISIONS, "both")) == "both" else (text,)
 
 
 def parse_device(text: str | None):
     """--device of the benches: cpu, cuda or cuda:N (default: cuda when available) → torch.device."""
     import torch
 
-    from .runtime import is_device_name
+    from .core.runtime import is_device_name
 
     if text is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -589,8 +643,6 @@ def main() -> None:
 def _no_type_after_flags() -> None:
     """Typer ≥ 0.2x writes a type such as `<bool>` after every option in --help, flags included,
     where a flag takes no value: show none for them."""
-    from typer.core import TyperOption
-
     shown = getattr(TyperOption, "display_type_rich", None)
     if shown is None or getattr(shown, "flags_untyped", False):
         return
@@ -603,8 +655,6 @@ def _no_type_after_flags() -> None:
 
 
 def _print_error(message: str) -> None:
-    from rich.markup import escape
-
     # escape: a message quoting user input such as "[x]" must print as it is, not as console markup
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -612,8 +662,6 @@ def _print_error(message: str) -> None:
 def _parser_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
     """Usage-error and abort classes of the option parser. Typer ≥ 0.2x parses with its own copy
     of click, whose exceptions derive from typer.TyperException, not from click's."""
-    import click
-
     usage = [click.exceptions.ClickException]
     if hasattr(typer, "TyperException"):
         usage.append(typer.TyperException)

@@ -1,4 +1,4 @@
-"""Calibrate the head-count verdict by simulation (see mhatrain/calibration.py): the false-positive rate
+"""Calibrate the head-count verdict by simulation (see mhatrain/study/calibration.py): the false-positive rate
 of the seed-block test and of the previous rule under the null, and the power to find a true +1.0 BLEU
 difference of h=1 from h=8 with 3 and 6 seeds. The figures in docs/ablation.md come from, at the
 repository root:
@@ -23,8 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mhatrain import calibration as C  # noqa: E402
-from mhatrain.significance import sentence_statistics  # noqa: E402
+from mhatrain.study import calibration as C  # noqa: E402
+from mhatrain.study.significance import sentence_statistics  # noqa: E402
 
 POOL = ROOT / "tests" / "data" / "multi30k-test-stats.npz"
 STUDY = ROOT / "results" / "ablate-multi30k"

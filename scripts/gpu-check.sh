@@ -29,8 +29,8 @@ if [[ "${1:-}" == "--prepare" ]]; then
     "${PYTHON:-python3}" - <<'PY' || exit 2
 import tempfile
 from pathlib import Path
-from mhatrain.config import load_config
-from mhatrain.train import prepare_data
+from mhatrain.core.config import load_config
+from mhatrain.training.loop import prepare_data
 here = ["data.local_dir=data-gpu/multi30k", "data.cache_dir=data-gpu/cache"]
 paper = ["data.vocab_size=8000", "data.tokenizer_type=unigram", "data.max_length=30"]
 for config, overrides in (("configs/multi30k.yaml", here), ("configs/paper-base.yaml", here + paper)):

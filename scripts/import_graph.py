@@ -1,71 +1,114 @@
-"""The package's import graph: edges, cycles and the largest modules, read with `ast` (nothing is imported).
+"""The package's import graph, read with `ast` (nothing is imported): edges, layer order, cycles, sizes.
 
     python scripts/import_graph.py [PACKAGE_DIR]     (default: mhatrain next to this script's folder)
 
-Counts every relative import of a sibling module, at the top of a module and inside functions alike
-(`from .x import y`, `from . import x`, `from .x.y import z`), so that an import moved into a
-function body to break a cycle still shows as an edge. A subpackage (a folder with __init__.py,
-such as bench/) counts as one node. Prints the number of edges, every cycle (a strongly connected
-component of more than one module, with the edges inside it and whether they are top-level or
-in a function) and the line counts of the largest modules.
+Every module is a node, named by its dotted path inside the package ("core.config", "cli"). An edge is
+any import of another module of the package, at the top of a module and inside functions alike
+(`from ..core.config import X`, `from . import search`, `import mhatrain.study.record`), so an import
+moved into a function body to hide a cycle still shows. Each node's layer is its subpackage's place in
+the package's LAYERS (mhatrain/__init__.py, read from its text); a module may import from its own layer
+and earlier ones only. Prints the counts, every import from a later layer, every cycle (a strongly
+connected component of more than one module), the longest import chain and the largest modules and
+functions. Exits 1 when there is a back-import or a cycle (tests/test_layers.py runs it on the package).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def modules(package: Path) -> dict[str, list[Path]]:
-    """Node name → its source files: each top-level module, and each subpackage as one node."""
-    nodes = {path.stem: [path] for path in sorted(package.glob("*.py")) if path.stem != "__main__"}
-    for sub in sorted(p for p in package.iterdir() if (p / "__init__.py").is_file()):
-        nodes[sub.name] = sorted(sub.rglob("*.py"))
-    nodes.pop("__init__", None)
-    return nodes
+ROOT_MODULES = ("__init__", "__main__")  # the package's own files: outside the layer order
 
 
-def _target(node: ast.ImportFrom, owner: str, in_subpackage: bool, names: set[str]) -> list[str]:
-    """The sibling nodes an ImportFrom of `owner` refers to."""
-    level = node.level - (1 if in_subpackage else 0)  # `from ..x` inside bench/ is `from .x` of the package
-    if level != 1:
-        return [owner] if in_subpackage and node.level == 1 else []  # inside the subpackage itself
-    if node.module:
-        head = node.module.split(".")[0]
-        return [head] if head in names else []
-    return [alias.name for alias in node.names if alias.name in names]  # from . import x
+@dataclass
+class Graph:
+    package: Path
+    layers: tuple[str, ...]
+    files: dict[str, Path]  # node -> its file
+    edges: dict[tuple[str, str], str] = field(default_factory=dict)  # (importer, imported) -> "top" | "function"
+
+    def layer(self, node: str) -> int:
+        """The place of a node's layer in LAYERS (the package's root files come first)."""
+        head = node.split(".")[0]
+        if head in ROOT_MODULES:
+            return -1 if head == "__init__" else len(self.layers)
+        return self.layers.index(head)
+
+    def back_imports(self) -> list[tuple[str, str, str]]:
+        """(importer, imported, where) for every import of a later layer."""
+        return sorted((a, b, w) for (a, b), w in self.edges.items() if self.layer(b) > self.layer(a))
+
+    def successors(self, node: str) -> list[str]:
+        return sorted(b for a, b in self.edges if a == node)
 
 
-def edges(package: Path) -> dict[tuple[str, str], str]:
-    """(importer, imported) → "top" or "function" (top if any import of the pair is at module level)."""
-    nodes = modules(package)
-    names = set(nodes)
-    found: dict[tuple[str, str], str] = {}
-    for owner, files in nodes.items():
-        for path in files:
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-            in_function = {
-                id(inner)
-                for node in ast.walk(tree)
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                for inner in ast.walk(node)
-            }
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.ImportFrom):
+def read_layers(package: Path) -> tuple[str, ...]:
+    """LAYERS of the package's __init__.py, as written there (a tuple of names)."""
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAYERS" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise SystemExit(f"{package / '__init__.py'}: no LAYERS")
+
+
+def node_files(package: Path) -> dict[str, Path]:
+    """Node name -> file, for every module of the package (a subpackage's __init__ is the subpackage's node)."""
+    files = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if len(parts) > 1 and parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+def _resolve(base: list[str], names: list[str], files: dict[str, Path]) -> list[str]:
+    """The nodes `from <base> import <names>` refers to: base itself, or modules named among names."""
+    dotted = ".".join(base)
+    targets = [f"{dotted}.{n}" if dotted else n for n in names]
+    modules = [t for t in targets if t in files and t != "__init__"]
+    if modules:
+        return modules
+    return [dotted] if dotted in files else []
+
+
+def read_graph(package: Path) -> Graph:
+    graph = Graph(package, read_layers(package), node_files(package))
+    for owner, path in graph.files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        in_function = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            for inner in ast.walk(node)
+        }
+        here = list(path.relative_to(package).parts[:-1])  # the package the file is in
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here[: len(here) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                targets = _resolve(base, [a.name for a in node.names], graph.files)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package.name:
+                base = node.module.split(".")[1:]
+                targets = _resolve(base, [a.name for a in node.names], graph.files)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == package.name and ".".join(parts[1:]) in graph.files:
+                        targets.append(".".join(parts[1:]))
+            for target in targets:
+                if target == owner or target == "__init__":
                     continue
-                for target in _target(node, owner, path.parent != package, names):
-                    if target == owner:
-                        continue
-                    where = "function" if id(node) in in_function else "top"
-                    if found.get((owner, target)) != "top":
-                        found[owner, target] = where
-    return found
+                where = "function" if id(node) in in_function else "top"
+                if graph.edges.get((owner, target)) != "top":
+                    graph.edges[owner, target] = where
+    return graph
 
 
-def cycles(nodes: list[str], graph: dict[tuple[str, str], str]) -> list[list[str]]:
+def cycles(graph: Graph) -> list[list[str]]:
     """Strongly connected components of more than one node (Tarjan's algorithm)."""
-    succ = {n: sorted(b for a, b in graph if a == n) for n in nodes}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -76,7 +119,7 @@ def cycles(nodes: list[str], graph: dict[tuple[str, str], str]) -> list[list[str
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in succ[v]:
+        for w in graph.successors(v):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -93,11 +136,33 @@ def cycles(nodes: list[str], graph: dict[tuple[str, str], str]) -> list[list[str
             if len(component) > 1:
                 result.append(sorted(component))
 
-    sys.setrecursionlimit(max(1000, 10 * len(nodes)))
-    for v in nodes:
+    sys.setrecursionlimit(max(1000, 10 * len(graph.files)))
+    for v in sorted(graph.files):
         if v not in index:
             visit(v)
     return sorted(result)
+
+
+def longest_chain(graph: Graph) -> list[str]:
+    """The longest import path (in modules), when the graph has no cycle."""
+    best: dict[str, list[str]] = {}
+
+    def chain(v: str) -> list[str]:
+        if v not in best:
+            tails = [chain(w) for w in graph.successors(v)]
+            best[v] = [v] + max(tails, key=len, default=[])
+        return best[v]
+
+    return max((chain(v) for v in sorted(graph.files)), key=len, default=[])
+
+
+def largest_functions(graph: Graph, n: int = 5) -> list[tuple[int, str]]:
+    found = []
+    for name, path in graph.files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((node.end_lineno - node.lineno + 1, f"{name}.{node.name}"))
+    return sorted(found, reverse=True)[:n]
 
 
 def main(argv: list[str]) -> int:
@@ -105,25 +170,34 @@ def main(argv: list[str]) -> int:
     if not (package / "__init__.py").is_file():
         print(f"{package}: not a package directory (no __init__.py)", file=sys.stderr)
         return 2
-    nodes = modules(package)
-    graph = edges(package)
-    lazy = sum(where == "function" for where in graph.values())
-    print(f"{package}: {len(nodes)} modules, {len(graph)} import edges ({lazy} only inside functions)")
-    found = cycles(sorted(nodes), graph)
+    graph = read_graph(package)
+    lazy = sum(where == "function" for where in graph.edges.values())
+    print(f"{package}: {len(graph.files)} modules, {len(graph.edges)} import edges ({lazy} only inside functions)")
+    print(f"layers, first to last: {' → '.join(graph.layers)}")
+    back = graph.back_imports()
+    print(f"imports from a later layer: {len(back)}")
+    for a, b, where in back:
+        print(f"  {a} -> {b}{'' if where == 'top' else '  (in a function)'}")
+    found = cycles(graph)
     print(f"cycles (strongly connected components of more than one module): {len(found)}")
     for component in found:
-        inside = sorted((a, b, w) for (a, b), w in graph.items() if a in component and b in component)
+        inside = sorted((a, b, w) for (a, b), w in graph.edges.items() if a in component and b in component)
         print(f"  {{{', '.join(component)}}}")
         for a, b, where in inside:
             print(f"    {a} -> {b}{'' if where == 'top' else '  (in a function)'}")
+    if not found:
+        chain = longest_chain(graph)
+        print(f"longest import chain ({len(chain)} modules): {' → '.join(chain)}")
     sizes = sorted(
-        ((sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files), name) for name, files in nodes.items()),
-        reverse=True,
+        ((len(p.read_text(encoding="utf-8").splitlines()), name) for name, p in graph.files.items()), reverse=True
     )
     print("largest modules (lines):")
-    for lines, name in sizes[:10]:
-        print(f"  {lines:5d}  {name}{'/' if len(nodes[name]) > 1 or nodes[name][0].name == '__init__.py' else ''}")
-    return 0
+    for lines, name in sizes[:8]:
+        print(f"  {lines:5d}  {name}")
+    print("largest functions (lines):")
+    for lines, name in largest_functions(graph):
+        print(f"  {lines:5d}  {name}")
+    return 1 if back or found else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     python scripts/make_docs.py --check    exit 1, naming the stale files, if either differs from what it would write
 
 Both pages are generated so that they cannot drift from the code: commands.md from the Typer app's
-commands, arguments, options and help texts; configuration.md from mhatrain/config.py's dataclasses
+commands, arguments, options and help texts; configuration.md from mhatrain/core/config.py's dataclasses
 (keys, types, defaults, allowed values) and the comment written beside each key, with the values that
 configs/multi30k.yaml and configs/tiny.yaml set. tests/test_docs.py fails when a committed page is stale.
 """
@@ -160,7 +160,7 @@ SECTION_TEXT = {
 
 
 def _key_comments(source: str) -> dict[tuple[str, str], str]:
-    """(class name, key) → the comment(s) written on the key's lines in mhatrain/config.py."""
+    """(class name, key) → the comment(s) written on the key's lines in mhatrain/core/config.py."""
     comments: dict[int, str] = {}
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
@@ -194,13 +194,13 @@ def _cell(text: str) -> str:
 
 def configuration_markdown() -> str:
     """docs/configuration.md: every config key with its type, default, allowed values and meaning."""
-    from mhatrain import config as config_module
+    from mhatrain.core import config as config_module
 
     comments = _key_comments(Path(config_module.__file__).read_text(encoding="utf-8"))
     examples = {name: yaml.safe_load((ROOT / "configs" / name).read_text(encoding="utf-8")) for name in EXAMPLE_CONFIGS}
     head = " | ".join(f"`{name}`" for name in EXAMPLE_CONFIGS)
     lines = [
-        GENERATED.format(source="the dataclasses of mhatrain/config.py"),
+        GENERATED.format(source="the dataclasses of mhatrain/core/config.py"),
         "",
         "# Configuration",
         "",

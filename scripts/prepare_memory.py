@@ -13,8 +13,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
-from mhatrain import data, train  # noqa: E402
-from mhatrain.config import load_config  # noqa: E402
+try:  # the layout by role; a checkout from before it has flat modules
+    from mhatrain.core.config import load_config
+    from mhatrain.training import loop as preparing  # the module whose names prepare_data calls
+    from mhatrain.training.loop import prepare_data
+except ImportError:
+    from mhatrain.config import load_config
+    from mhatrain.train import prepare_data
+
+    from mhatrain import data as preparing
 
 
 def resident_mib() -> int:
@@ -48,10 +55,10 @@ def main(config_file: str, run_dir: str, cache_dir: str, overrides: list[str]) -
 
         return wrapper
 
-    data.load_split = staged("load_split", data.load_split)
-    data.encode_corpus = staged("encode_corpus", data.encode_corpus)
+    for name in ("load_split", "encode_corpus"):
+        setattr(preparing, name, staged(name, getattr(preparing, name)))
     threading.Thread(target=sample, daemon=True).start()
-    prepared = train.prepare_data(config, Path(run_dir), log=log)
+    prepared = prepare_data(config, Path(run_dir), log=log)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(f"prepare_data {time.perf_counter() - started:.2f} s, peak {peak} MiB, {len(prepared.train)} training pairs")
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mhatrain.data.tokenizer import Tokenizer, train_or_load_tokenizer
+
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,8 +89,8 @@ class FullDisk:
 def library_translations(run_dir: Path, sentences: list[str], which: str = "best") -> list[str]:
     """What the library translates for `sentences` with a run's `which` checkpoint: the CLI must agree.
     (Translations of the toy model are not written into tests: its training differs across CPUs.)"""
-    from mhatrain.decode import translate
-    from mhatrain.runner import load_run
+    from mhatrain.inference.search import translate
+    from mhatrain.inference.trained import load_run
 
     run = load_run(run_dir, which, strict=True)
     return translate(
@@ -99,17 +101,16 @@ def library_translations(run_dir: Path, sentences: list[str], which: str = "best
 @pytest.fixture(scope="module")
 def toy_tokenizer(tmp_path_factory):
     """A SentencePiece model of the toy corpus (vocabulary 64) in a cache of its own, and its data config."""
-    from mhatrain import data
-    from mhatrain.config import DataConfig
+    from mhatrain.core.config import DataConfig
 
     cfg = DataConfig(local_dir=str(TOY), vocab_size=64, cache_dir=str(tmp_path_factory.mktemp("cache")))
-    return data.Tokenizer(data.train_or_load_tokenizer(cfg, log=lambda *_: None)), cfg
+    return Tokenizer(train_or_load_tokenizer(cfg, log=lambda *_: None)), cfg
 
 
 def small_model(vocab: int, norm: str = "post", tie: bool = True, seed: int = 0, **overrides):
     """A random model for exact checks: d_model 32, 4 heads (unless overridden), 2+2 layers, no dropout."""
-    from mhatrain.config import ModelConfig
-    from mhatrain.model import build_model
+    from mhatrain.core.config import ModelConfig
+    from mhatrain.model.transformer import build_model
 
     torch.manual_seed(seed)
     settings = dict(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, max_positions=64)

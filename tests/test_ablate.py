@@ -21,16 +21,17 @@ import torch
 import yaml
 from rich.console import Console
 
-from mhatrain.ablate import run_study, slot_overrides
-from mhatrain.checkpoint import load_checkpoint
 from mhatrain.cli import int_list
-from mhatrain.config import load_config
-from mhatrain.errors import MhatrainError
-from mhatrain.model import build_model, count_parameters
-from mhatrain.report import build_report, report_study
-from mhatrain.study import (
+from mhatrain.core.checkpoint import load_checkpoint
+from mhatrain.core.config import load_config
+from mhatrain.core.errors import MhatrainError
+from mhatrain.model.transformer import build_model, count_parameters
+from mhatrain.study.ablate import plan_slots, run_study
+from mhatrain.study.grid_report import build_report
+from mhatrain.study.record import (
     EVAL_SPLITS,
     Point,
+    Slot,
     Study,
     check_heads,
     check_seeds,
@@ -39,6 +40,7 @@ from mhatrain.study import (
     parse_point_name,
     point_seconds,
 )
+from mhatrain.study.report import report_study
 
 from .conftest import ROOT, TINY, TOY, assert_clean_error, run_cli
 
@@ -177,14 +179,17 @@ def test_parameters_and_projection_shapes_do_not_depend_on_the_head_count():
 
 def test_jobs_share_the_cpu_threads_and_the_devices(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 8)
-    assert slot_overrides(1, [], 0) == [[]]  # one job: the config as it is
-    assert slot_overrides(2, [], 0) == [["train.threads=4"], ["train.threads=4"]]
-    assert slot_overrides(2, [], 1) == [["train.threads=1"], ["train.threads=1"]]  # never more than asked
-    assert slot_overrides(3, ["cuda:0", "cuda:1"], 0) == [
+    assert plan_slots(1, [], 0) == [Slot()]  # one job: the config as it is
+    assert plan_slots(2, [], 0) == [Slot(threads=4), Slot(threads=4)]
+    assert plan_slots(2, [], 1) == [Slot(threads=1), Slot(threads=1)]  # never more than asked
+    slots = plan_slots(3, ["cuda:0", "cuda:1"], 0)
+    assert slots == [Slot("cuda:0", 2), Slot("cuda:1", 2), Slot("cuda:0", 2)]
+    # a slot's values become --set text in its points' commands alone
+    assert [slot.overrides for slot in slots[:2]] == [
         ["train.device=cuda:0", "train.threads=2"],
         ["train.device=cuda:1", "train.threads=2"],
-        ["train.device=cuda:0", "train.threads=2"],
     ]
+    assert Slot().overrides == []
 
 
 # ----------------------------------------------------------------------------- the study directory
@@ -572,7 +577,7 @@ def test_curves_of_a_study_and_of_runs(reference, tmp_path):
 
 
 def test_curves_mean_over_seeds_at_the_updates_every_seed_reached():
-    from mhatrain.curves import Curve, group_by_heads
+    from mhatrain.study.curves import Curve, group_by_heads
 
     a = Curve("h08-seed1", 8, 1, [100, 200, 300], [10.0, 20.0, 30.0], [9.0, 5.0, 4.0], best_step=300)
     b = Curve("h08-seed2", 8, 2, [100, 200], [12.0, 22.0], [8.0, 6.0], best_step=200)
@@ -604,7 +609,7 @@ def test_report_shows_head_roles_per_h_when_the_runs_have_them(reference, tmp_pa
 
 
 def test_training_loss_is_drawn_as_a_trailing_running_mean():
-    from mhatrain.curves import Curve, group_by_heads, running_mean
+    from mhatrain.study.curves import Curve, group_by_heads, running_mean
 
     assert running_mean([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
     assert running_mean([1.0, 2.0, 3.0], 8) == [1.0, 1.5, 2.0]

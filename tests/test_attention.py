@@ -9,13 +9,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from mhatrain.attention import (
-    MultiHeadAttention,
-    explicit_attention,
-    fused_kernel_pays,
-    merge_heads,
-    split_heads,
-)
+from mhatrain.model.attention import MultiHeadAttention, explicit_attention, fused_kernel_pays, merge_heads, split_heads
 
 TOL = dict(atol=1e-5, rtol=1e-4)  # float32, different summation orders
 
@@ -273,7 +267,7 @@ def test_bf16_autocast_on_cpu_matches_fp32_within_bf16_rounding(need_weights):
 def test_causal_mask_fused_explicit_and_reference_agree(padding):
     """Mask(causal=True) without padding takes SDPA's causal mode (no mask tensor); with padding the
     dense mask. Both equal the explicit path and the per-head reference with a boolean causal mask."""
-    from mhatrain.attention import Mask
+    from mhatrain.model.attention import Mask
 
     mha = random_mha(32, 4)
     x = torch.randn(3, 6, 32, generator=torch.Generator().manual_seed(3))
@@ -291,7 +285,7 @@ def test_causal_mask_fused_explicit_and_reference_agree(padding):
 
 
 def test_a_mask_makes_its_bias_once_per_dtype():
-    from mhatrain.attention import Mask
+    from mhatrain.model.attention import Mask
 
     mask = Mask(key_padding(LENGTHS, 6)[:, None, None, :], causal=True)
     bias = mask.bias(6, 6, torch.bfloat16, "cpu")
@@ -304,7 +298,7 @@ def test_the_qkv_stack_is_kept_for_one_search_only():
     """A search stacks [W_Q; W_K; W_V] once (keeping_stacked_qkv) and drops the stack when it ends,
     so that a weight update between searches is seen even when nothing advances the weights'
     version counters (fused Adam does not), in and out of autocast."""
-    from mhatrain.attention import keeping_stacked_qkv
+    from mhatrain.model.attention import keeping_stacked_qkv
 
     mha = random_mha(32, 4)
     x = torch.randn(2, 5, 32)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mhatrain import cli
-from mhatrain.attention_html import AttentionView, render_page, write_attention_html
-from mhatrain.attention_maps import KINDS
+from mhatrain.analysis.maps import KINDS
+from mhatrain.analysis.page import AttentionView, render_page, write_attention_html
 
 from . import browser as browser_module
 from .browser import require_browser, start_chromium

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mhatrain.average import average_checkpoints
-from mhatrain.checkpoint import load_checkpoint, save_checkpoint
-from mhatrain.errors import CheckpointError
+from mhatrain.core.checkpoint import load_checkpoint, save_checkpoint
+from mhatrain.core.errors import CheckpointError
+from mhatrain.training.average import average_checkpoints
 
 from .conftest import run_cli
 

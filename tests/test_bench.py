@@ -16,15 +16,16 @@ import pytest
 import torch
 
 from mhatrain.bench import BenchOptions, run_benches
-from mhatrain.bench.flops import forward_macs
+from mhatrain.bench.against import role_module
 from mhatrain.bench.memory import Workload, peak_memory_mib
 from mhatrain.bench.options import check_options
 from mhatrain.bench.report import OURS
 from mhatrain.bench.timing import Summary, ready_step, time_alternating
 from mhatrain.cli import parse_precision
-from mhatrain.config import ModelConfig
-from mhatrain.errors import MhatrainError
-from mhatrain.model import build_model
+from mhatrain.core.config import ModelConfig
+from mhatrain.core.errors import MhatrainError
+from mhatrain.model.flops import forward_macs
+from mhatrain.model.transformer import build_model
 
 from .conftest import TINY, TOY, run_cli
 
@@ -265,7 +266,7 @@ def test_a_failing_compile_falls_back_to_eager():
 def test_torch_transformer_with_our_weights_is_our_model(norm):
     from mhatrain.bench.inputs import synthetic_pairs
     from mhatrain.bench.train import check_torch_transformer
-    from mhatrain.data import collate
+    from mhatrain.data.batches import collate
 
     cfg = ModelConfig(
         d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, norm=norm, max_positions=64
@@ -307,11 +308,38 @@ def test_against_times_another_checkouts_step_and_checks_it_computes_ours(tmp_pa
     assert {(t.peer, t.minimum) for t in result.targets} >= {(peer, 1.4)}
 
 
+FLAT_LAYOUT = "12cb0c2"  # the last commit whose package was flat (model.py, decode.py, step.py, ...)
+
+
+def test_against_finds_each_role_in_a_checkout_from_before_the_layers(tmp_path):
+    """A checkout of the flat package is still a peer: its model, search and step are found by role,
+    and its update with our weights gives our loss and gradients."""
+    import io
+    import subprocess
+    import tarfile
+
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", FLAT_LAYOUT, "mhatrain"], capture_output=True, check=True
+    ).stdout
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp_path, filter="data")
+    roles = {role: role_module(tmp_path, role) for role in ("model", "search", "step")}
+    assert roles == {"model": "model", "search": "decode", "step": "step"}
+    assert {role: role_module(ROOT, role) for role in roles} == {
+        "model": "model.transformer",
+        "search": "inference.search",
+        "step": "training.step",
+    }
+    options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
+    (result,) = run_benches(["train"], options)
+    (check,) = [c for c in result.checks if "loss and gradients" in c.name]
+    assert check.passed, check.detail
+
+
 def test_against_notices_a_checkout_that_computes_another_loss(tmp_path):
     import shutil
 
     shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
-    loss = tmp_path / "mhatrain" / "loss.py"
+    loss = tmp_path / "mhatrain" / "training" / "loss.py"
     loss.write_text(loss.read_text().replace("(1.0 - smoothing) * nll", "(1.0 - 2 * smoothing) * nll"))
     options = BenchOptions(precisions=("fp32",), against=tmp_path, batches=1, **QUIET)
     (result,) = run_benches(["train"], options)
@@ -338,7 +366,7 @@ def test_decode_against_times_another_checkouts_search_and_checks_its_translatio
 
 
 def test_decode_against_notices_a_checkout_that_translates_differently(tmp_path):
-    decode = copy_of_this_checkout(tmp_path) / "mhatrain" / "decode.py"
+    decode = copy_of_this_checkout(tmp_path) / "mhatrain" / "inference" / "search.py"
     text = decode.read_text()
     assert "next_token = logits.argmax(-1)" in text
     decode.write_text(text.replace("next_token = logits.argmax(-1)", "next_token = logits.topk(2).indices[:, 1]"))

@@ -9,8 +9,8 @@ import gzip
 import numpy as np
 import pytest
 
-from mhatrain import calibration as C
-from mhatrain.significance import bleu_from_sums, sentence_statistics
+from mhatrain.study import calibration as C
+from mhatrain.study.significance import bleu_from_sums, sentence_statistics
 
 from .conftest import ROOT
 

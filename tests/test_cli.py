@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mhatrain.cli import int_list
-from mhatrain.config import load_config
-from mhatrain.errors import MhatrainError
+from mhatrain.core.config import load_config
+from mhatrain.core.errors import MhatrainError
 
 from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
 

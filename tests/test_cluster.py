@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mhatrain.cluster import jobs_record
+from mhatrain.study.cluster import jobs_record
 
 from .conftest import TINY, assert_clean_error, run_cli
 from .test_ablate import snapshot
@@ -61,7 +61,7 @@ def test_executor_options_are_checked_before_anything_runs(tmp_path):
         run_cli(*study, "--partition", "gpu"), "--partition, --time, --gpus and --cpus go with --executor"
     )
     assert_clean_error(run_cli(*study, "--executor", "local", "--jobs", "2"), "--jobs applies to runs on this machine")
-    assert_clean_error(run_cli(*study, "--executor", "pbs"), "'pbs' is not one of 'slurm', 'local'")
+    assert_clean_error(run_cli(*study, "--executor", "pbs"), "--executor must be slurm or local, got 'pbs'")
     assert_clean_error(run_cli(*study, "--executor", "slurm", "--time", "0"), "--time must be positive")
     assert_clean_error(run_cli(*study, "--executor", "slurm", env={"PATH": str(tmp_path)}), "no sbatch command here")
     assert not (tmp_path / "study").exists()

@@ -23,7 +23,7 @@ import time
 import pytest
 import torch
 
-from mhatrain.checkpoint import load_checkpoint
+from mhatrain.core.checkpoint import load_checkpoint
 
 from .conftest import ROOT, TINY, FullDisk, run_cli
 
@@ -147,8 +147,8 @@ def test_resume_before_the_first_checkpoint_starts_over_and_cleans_up(tmp_path, 
 
     from rich.console import Console
 
-    from mhatrain.config import dump_config, load_config
-    from mhatrain.train import train
+    from mhatrain.core.config import dump_config, load_config
+    from mhatrain.training.loop import train
 
     config = load_config(
         TINY, [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.max_steps=3", "train.valid_bleu=false"]
@@ -173,9 +173,9 @@ def test_a_full_disk_stops_training_with_a_clear_error_and_keeps_the_last_checkp
 
     from rich.console import Console
 
-    from mhatrain.config import load_config
-    from mhatrain.errors import MhatrainError
-    from mhatrain.train import train
+    from mhatrain.core.config import load_config
+    from mhatrain.core.errors import MhatrainError
+    from mhatrain.training.loop import train
 
     real_save, saves = torch.save, []
 

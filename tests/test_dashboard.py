@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mhatrain.dashboard import TAGS
+from mhatrain.training.tensorboard_log import TAGS
 
 from .conftest import TINY, assert_clean_error, run_cli
 

@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from mhatrain import data as D
-from mhatrain.config import DataConfig
-from mhatrain.errors import DataError
+from mhatrain.core.config import DataConfig
+from mhatrain.core.errors import DataError
+from mhatrain.data.batches import Prefetcher, batch_indices, collate, pair_lengths
+from mhatrain.data.encode import encode_corpus, encoded_cache_dir
+from mhatrain.data.sources import Corpus, load_split
+from mhatrain.data.tokenizer import train_data_key, train_or_load_tokenizer
+from mhatrain.data.tokens import BOS, EOS, PAD, UNK, Encoded, TokenTable
 
 
 def cfg_for(directory, **kw) -> DataConfig:
@@ -31,7 +35,7 @@ def test_plain_and_gzipped_files_give_the_same_pairs(tmp_path):
     (tmp_path / "b").mkdir()
     write_pair(tmp_path / "a", "train", ["a b", "c"], ["x y", "z"])
     write_pair(tmp_path / "b", "train", ["a b", "c"], ["x y", "z"], gz=True)
-    plain, zipped = D.load_split(cfg_for(tmp_path / "a"), "train"), D.load_split(cfg_for(tmp_path / "b"), "train")
+    plain, zipped = load_split(cfg_for(tmp_path / "a"), "train"), load_split(cfg_for(tmp_path / "b"), "train")
     assert (plain.src, plain.tgt) == (zipped.src, zipped.tgt) == (["a b", "c"], ["x y", "z"])
 
 
@@ -39,32 +43,32 @@ def test_release_names_are_found_for_validation_and_test(tmp_path):
     write_pair(tmp_path, "val", ["v"], ["w"], gz=True)
     write_pair(tmp_path, "test_2016_flickr", ["t"], ["u"], gz=True)
     cfg = DataConfig(local_dir=str(tmp_path))
-    assert D.load_split(cfg, "validation").src == ["v"]
-    assert D.load_split(cfg, "test").tgt == ["u"]
+    assert load_split(cfg, "validation").src == ["v"]
+    assert load_split(cfg, "test").tgt == ["u"]
 
 
 def test_jsonl_with_fields_and_translation_dicts(tmp_path):
     rows = [{"en": "a", "de": "b"}, {"translation": {"en": "c", "de": "d"}}]
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    corpus = D.load_split(cfg_for(tmp_path), "train")
+    corpus = load_split(cfg_for(tmp_path), "train")
     assert (corpus.src, corpus.tgt) == (["a", "c"], ["b", "d"])
 
 
 def test_missing_split_names_what_was_looked_for(tmp_path):
     with pytest.raises(DataError, match=r"no files for split 'train' \(looked for train\.en\[\.gz\]"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
 
 
 def test_missing_partner_file(tmp_path):
     (tmp_path / "train.en").write_text("a\n")
     with pytest.raises(DataError, match=r"found train\.en but not its pair train\.de"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
 
 
 def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
     write_pair(tmp_path, "train", ["a", "b", "c"], ["x", "y"])
     with pytest.raises(DataError) as err:
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
     message = str(err.value)
     assert "train.en has 3 lines" in message and "train.de has 2" in message
 
@@ -73,30 +77,30 @@ def test_undecodable_bytes_name_the_line(tmp_path):
     (tmp_path / "train.en").write_bytes(b"fine\nalso fine\nbad \xff byte\n")
     (tmp_path / "train.de").write_text("a\nb\nc\n")
     with pytest.raises(DataError, match=r"train\.en:3: not valid UTF-8"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
 
 
 def test_binary_empty_and_truncated_gzip_files(tmp_path):
     (tmp_path / "train.en").write_bytes(b"\x00\x01\x02")
     (tmp_path / "train.de").write_text("a\n")
     with pytest.raises(DataError, match="binary file"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
     (tmp_path / "train.en").write_text("")
     with pytest.raises(DataError, match="file is empty"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
     (tmp_path / "train.en").unlink()
     (tmp_path / "train.en.gz").write_bytes(gzip.compress(b"a\n" * 100)[:20])
     with pytest.raises(DataError, match=r"cannot read .*train\.en\.gz"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
 
 
 def test_jsonl_errors_name_the_line(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\n{"en": "a"}\n')
     with pytest.raises(DataError, match=r"train\.jsonl:2: missing language field 'de'"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
     (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\nnot json\n')
     with pytest.raises(DataError, match=r"train\.jsonl:2: invalid JSON"):
-        D.load_split(cfg_for(tmp_path), "train")
+        load_split(cfg_for(tmp_path), "train")
 
 
 def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
@@ -116,16 +120,16 @@ def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
         return tables[name]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    assert D.load_split(DataConfig(dataset="fields"), "train").tgt == ["b", "b2"]
-    nested = D.load_split(DataConfig(dataset="nested", dataset_config="de-en"), "test")
+    assert load_split(DataConfig(dataset="fields"), "train").tgt == ["b", "b2"]
+    nested = load_split(DataConfig(dataset="nested", dataset_config="de-en"), "test")
     assert (nested.src, nested.tgt) == (["c", "c2"], ["d", "d2"])
     assert calls[1] == ("nested", "de-en", "test")
     with pytest.raises(DataError, match="no fields 'en'/'de' or 'translation'"):
-        D.load_split(DataConfig(dataset="other"), "train")
+        load_split(DataConfig(dataset="other"), "train")
     with pytest.raises(DataError, match="missing language field 'de' in 'translation' \\(fields: en, fr\\)"):
-        D.load_split(DataConfig(dataset="no-de"), "train")
+        load_split(DataConfig(dataset="no-de"), "train")
     with pytest.raises(DataError, match="field 'en' must hold strings"):
-        D.load_split(DataConfig(dataset="numbers"), "train")
+        load_split(DataConfig(dataset="numbers"), "train")
 
 
 def test_hub_failure_suggests_local_files(monkeypatch):
@@ -136,15 +140,15 @@ def test_hub_failure_suggests_local_files(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError, match="cannot load hub dataset 'x/y' split 'train'.*data.local_dir"):
-        D.load_split(DataConfig(dataset="x/y"), "train")
+        load_split(DataConfig(dataset="x/y"), "train")
 
 
 def test_tokenizer_is_cached_and_reused(toy_tokenizer):
     tokenizer, cfg = toy_tokenizer
     messages = []
-    again = D.train_or_load_tokenizer(cfg, log=messages.append)
+    again = train_or_load_tokenizer(cfg, log=messages.append)
     assert again == tokenizer.path and "reusing cached" in messages[0]
-    other = D.train_or_load_tokenizer(DataConfig(**{**cfg.__dict__, "vocab_size": 60}), log=lambda *_: None)
+    other = train_or_load_tokenizer(DataConfig(**{**cfg.__dict__, "vocab_size": 60}), log=lambda *_: None)
     assert other != tokenizer.path
 
 
@@ -152,37 +156,37 @@ def test_tokenizer_round_trips_and_reserves_special_ids(toy_tokenizer):
     tokenizer, _ = toy_tokenizer
     text = "The red cat sees the dog."
     assert tokenizer.decode(tokenizer.encode([text])) == [text]
-    assert [tokenizer.sp.id_to_piece(i) for i in (D.PAD, D.UNK, D.BOS, D.EOS)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert [tokenizer.sp.id_to_piece(i) for i in (PAD, UNK, BOS, EOS)] == ["<pad>", "<unk>", "<s>", "</s>"]
 
 
 def test_filtering_counts_empty_and_long_pairs(toy_tokenizer):
     tokenizer, _ = toy_tokenizer
-    corpus = D.Corpus("x", ["The cat.", "", "The dog " * 40, "The hat."], ["Die katze.", "Die", "Die hund", ""])
-    kept = D.encode_corpus(tokenizer, corpus, max_length=30)
+    corpus = Corpus("x", ["The cat.", "", "The dog " * 40, "The hat."], ["Die katze.", "Die", "Die hund", ""])
+    kept = encode_corpus(tokenizer, corpus, max_length=30)
     assert (len(kept), kept.dropped_empty, kept.dropped_long, kept.index.tolist()) == (1, 2, 1, [0])
     assert kept.src.ids.dtype == np.uint16 and kept.src[0] == tokenizer.encode(["The cat."])[0]
 
 
 def test_batches_respect_budget_cover_data_and_are_deterministic():
     lengths = [(i * 7) % 23 + 2 for i in range(500)]
-    batches = D.batch_indices(lengths, max_tokens=120, seed=3, epoch=0)
+    batches = batch_indices(lengths, max_tokens=120, seed=3, epoch=0)
     assert sorted(i for b in batches for i in b) == list(range(500))
     assert all(len(b) * max(lengths[i] for i in b) <= 120 for b in batches)
-    assert batches == D.batch_indices(lengths, max_tokens=120, seed=3, epoch=0)
-    assert batches != D.batch_indices(lengths, max_tokens=120, seed=3, epoch=1)
-    assert D.batch_indices(lengths, 120) == D.batch_indices(lengths, 120)
+    assert batches == batch_indices(lengths, max_tokens=120, seed=3, epoch=0)
+    assert batches != batch_indices(lengths, max_tokens=120, seed=3, epoch=1)
+    assert batch_indices(lengths, 120) == batch_indices(lengths, 120)
 
 
 def test_length_bucketing_keeps_padding_low(toy_tokenizer):
     tokenizer, cfg = toy_tokenizer
-    data = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=64)
+    data = encode_corpus(tokenizer, load_split(cfg, "train"), max_length=64)
     pad = cells = 0
-    for indices in D.batch_indices(D.pair_lengths(data), 400, seed=1):
-        batch = D.collate(data, indices)
+    for indices in batch_indices(pair_lengths(data), 400, seed=1):
+        batch = collate(data, indices)
         p, c = batch.padding_cells
         pad, cells = pad + p, cells + c
-        assert batch.tgt_in[:, 0].eq(D.BOS).all()
-        assert (batch.tgt_out == D.EOS).sum() == len(indices)
+        assert batch.tgt_in[:, 0].eq(BOS).all()
+        assert (batch.tgt_out == EOS).sum() == len(indices)
     assert pad / cells < 0.25
 
 
@@ -237,13 +241,13 @@ FROZEN_BATCHES = {
 
 @pytest.mark.parametrize("seed,epoch", list(FROZEN_BATCHES))
 def test_batches_are_those_of_the_list_based_code(seed, epoch):
-    assert D.batch_indices(FROZEN_LENGTHS, 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
-    assert D.batch_indices(np.array(FROZEN_LENGTHS), 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
+    assert batch_indices(FROZEN_LENGTHS, 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
+    assert batch_indices(np.array(FROZEN_LENGTHS), 60, seed, epoch) == FROZEN_BATCHES[seed, epoch]
 
 
 def test_collate_pads_as_the_list_based_code():
-    data = D.Encoded.from_lists([[5, 6, 7], [8], [9, 10]], [[11], [12, 13, 14, 15], [16, 17]], [0, 1, 2])
-    batch = D.collate(data, [2, 0, 1])
+    data = Encoded.from_lists([[5, 6, 7], [8], [9, 10]], [[11], [12, 13, 14, 15], [16, 17]], [0, 1, 2])
+    batch = collate(data, [2, 0, 1])
     assert batch.src.tolist() == [[9, 10, 3, 0], [5, 6, 7, 3], [8, 3, 0, 0]]
     assert batch.tgt_in.tolist() == [[2, 16, 17, 0, 0], [2, 11, 0, 0, 0], [2, 12, 13, 14, 15]]
     assert batch.tgt_out.tolist() == [[16, 17, 3, 0, 0], [11, 3, 0, 0, 0], [12, 13, 14, 15, 3]]
@@ -251,21 +255,21 @@ def test_collate_pads_as_the_list_based_code():
 
 
 def test_token_table_selects_and_truncates():
-    table = D.TokenTable.from_lists([[1, 2, 3], [], [4, 5], [6]], dtype=np.uint16)
+    table = TokenTable.from_lists([[1, 2, 3], [], [4, 5], [6]], dtype=np.uint16)
     assert table.lengths.tolist() == [3, 0, 2, 1] and table[2] == [4, 5]
     picked = table.select(np.array([3, 0, 2]), max_length=2)
     assert picked.tolist() == [[6], [1, 2], [4, 5]] and picked.ids.dtype == np.uint16
 
 
 def test_encoded_training_data_is_cached_and_mapped(toy_tokenizer, tmp_path):
-    from mhatrain.tokens import load_encoded, save_encoded
+    from mhatrain.data.tokens import load_encoded, save_encoded
 
     tokenizer, cfg = toy_tokenizer
     cfg = DataConfig(**{**cfg.__dict__, "cache_dir": str(tmp_path)})
-    encoded = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=20)
-    key = D.train_data_key(cfg)
-    where = D.encoded_cache_dir(cfg, key, tokenizer, 20)
-    assert where == D.encoded_cache_dir(cfg, key, tokenizer, 20) != D.encoded_cache_dir(cfg, key, tokenizer, 30)
+    encoded = encode_corpus(tokenizer, load_split(cfg, "train"), max_length=20)
+    key = train_data_key(cfg)
+    where = encoded_cache_dir(cfg, key, tokenizer, 20)
+    assert where == encoded_cache_dir(cfg, key, tokenizer, 20) != encoded_cache_dir(cfg, key, tokenizer, 30)
     assert load_encoded(where) is None
     save_encoded(where, encoded)
     mapped = load_encoded(where)
@@ -273,41 +277,41 @@ def test_encoded_training_data_is_cached_and_mapped(toy_tokenizer, tmp_path):
     for a, b in ((mapped.src, encoded.src), (mapped.tgt, encoded.tgt)):
         assert a.tolist() == b.tolist()
     assert mapped.index.tolist() == encoded.index.tolist()
-    order = D.batch_indices(D.pair_lengths(mapped), 300, seed=1)
-    assert order == D.batch_indices(D.pair_lengths(encoded), 300, seed=1)
-    assert D.collate(mapped, order[0]).src.equal(D.collate(encoded, order[0]).src)
+    order = batch_indices(pair_lengths(mapped), 300, seed=1)
+    assert order == batch_indices(pair_lengths(encoded), 300, seed=1)
+    assert collate(mapped, order[0]).src.equal(collate(encoded, order[0]).src)
 
 
 def test_cache_key_follows_the_source_files(toy_tokenizer, toy_copy):
     tokenizer, cfg = toy_tokenizer
     cfg = DataConfig(**{**cfg.__dict__, "local_dir": str(toy_copy)})
-    before = D.train_data_key(cfg)
-    assert D.train_data_key(DataConfig(**{**cfg.__dict__, "max_train_examples": 10})) != before
+    before = train_data_key(cfg)
+    assert train_data_key(DataConfig(**{**cfg.__dict__, "max_train_examples": 10})) != before
     with open(toy_copy / "train.de", "a") as f:
         f.write("Noch ein Satz.\n")
     with open(toy_copy / "train.en", "a") as f:
         f.write("One more sentence.\n")
-    assert D.train_data_key(cfg) != before
+    assert train_data_key(cfg) != before
 
 
 def test_prefetcher_yields_in_order_stops_when_left_and_raises_errors(toy_tokenizer):
     tokenizer, cfg = toy_tokenizer
-    data = D.encode_corpus(tokenizer, D.load_split(cfg, "train"), max_length=64)
-    groups = D.batch_indices(D.pair_lengths(data), 300, seed=2)
-    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=2) as ahead:
+    data = encode_corpus(tokenizer, load_split(cfg, "train"), max_length=64)
+    groups = batch_indices(pair_lengths(data), 300, seed=2)
+    with Prefetcher(lambda g: collate(data, g), groups, depth=2) as ahead:
         built = list(zip(groups, ahead))
     assert len(built) == len(groups)
     for indices, batch in built:
-        direct = D.collate(data, indices)
+        direct = collate(data, indices)
         assert batch.indices == indices and batch.src.equal(direct.src) and batch.tgt_out.equal(direct.tgt_out)
-    with D.Prefetcher(lambda g: D.collate(data, g), groups, depth=1) as ahead:
+    with Prefetcher(lambda g: collate(data, g), groups, depth=1) as ahead:
         next(ahead)  # left with most of the batches unbuilt
     assert not ahead._thread.is_alive()
 
     def broken(_):
         raise ValueError("cannot build this batch")
 
-    with pytest.raises(ValueError, match="cannot build this batch"), D.Prefetcher(broken, [0]) as ahead:
+    with pytest.raises(ValueError, match="cannot build this batch"), Prefetcher(broken, [0]) as ahead:
         next(ahead)
 
 
@@ -323,6 +327,6 @@ def test_an_unreachable_hub_is_one_error_without_the_clients_retry_lines(monkeyp
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     with pytest.raises(DataError, match="cannot load hub dataset 'someone/corpus' split 'train': Couldn't reach"):
-        D.load_split(DataConfig(local_dir=None, dataset="someone/corpus"), "train")
+        load_split(DataConfig(local_dir=None, dataset="someone/corpus"), "train")
     assert "Retry" not in capfd.readouterr().err + caplog.text
     assert logging.getLogger("huggingface_hub.utils._http").level == logging.NOTSET  # as it was

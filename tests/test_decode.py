@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from mhatrain import decode
-from mhatrain.config import DecodeConfig
-from mhatrain.data import BOS, EOS, PAD
-from mhatrain.decode import (
+from mhatrain.core.config import DecodeConfig
+from mhatrain.data.tokens import BOS, EOS, PAD
+from mhatrain.inference import search
+from mhatrain.inference.search import (
     beam_search,
     best_reachable,
     greedy_search,
@@ -19,7 +19,7 @@ from mhatrain.decode import (
     length_penalty,
     scored_beam_search,
 )
-from mhatrain.model import DecoderCache
+from mhatrain.model.transformer import DecoderCache
 
 from .conftest import small_model
 
@@ -147,7 +147,7 @@ def test_greedy_rows_leaving_the_batch_change_no_translation(seed, use_cache, mo
     that stay to the end, and the batch does shrink."""
     model, src = random_model(seed), random_sources(seed)
     cfg = DecodeConfig(max_len_a=1.5, max_len_b=5)
-    monkeypatch.setattr(decode, "GREEDY_COMPACT", 2.0)  # never: every row stays to the end
+    monkeypatch.setattr(search, "GREEDY_COMPACT", 2.0)  # never: every row stays to the end
     stayed = greedy_search(model, src, cfg, use_cache=use_cache)
     rows_kept = []
     reorder = DecoderCache.reorder
@@ -157,7 +157,7 @@ def test_greedy_rows_leaving_the_batch_change_no_translation(seed, use_cache, mo
         return reorder(self, rows, sentences)
 
     monkeypatch.setattr(DecoderCache, "reorder", spy)
-    monkeypatch.setattr(decode, "GREEDY_COMPACT", 1e-9)  # as soon as one row has finished
+    monkeypatch.setattr(search, "GREEDY_COMPACT", 1e-9)  # as soon as one row has finished
     assert greedy_search(model, src, cfg, use_cache=use_cache) == stayed
     assert rows_kept and min(rows_kept) < src.size(0)
 

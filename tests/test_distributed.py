@@ -25,11 +25,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from mhatrain.checkpoint import load_checkpoint, resume_accum_steps
-from mhatrain.config import load_config
-from mhatrain.distributed import Launch, pick_backend, read_launch, resolve_device
-from mhatrain.errors import CheckpointError, MhatrainError
-from mhatrain.train import train
+from mhatrain.core.checkpoint import load_checkpoint, resume_accum_steps
+from mhatrain.core.config import load_config
+from mhatrain.core.distributed import Launch, pick_backend, read_launch, resolve_device
+from mhatrain.core.errors import CheckpointError, MhatrainError
+from mhatrain.training.loop import train
 
 from .conftest import ROOT, TINY, run_cli
 
@@ -258,7 +258,7 @@ def test_an_inconsistent_launch_is_one_error_line(tmp_path, spm_cache, env, sets
 
 
 def test_ablate_refuses_to_run_under_torchrun(monkeypatch, tmp_path):
-    from mhatrain.ablate import run_study
+    from mhatrain.study.ablate import run_study
 
     for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET}.items():
         monkeypatch.setenv(name, value)

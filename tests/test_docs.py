@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mhatrain import config
+from mhatrain.core import config
 
 ROOT = Path(__file__).resolve().parent.parent
 

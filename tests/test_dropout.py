@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mhatrain.dropout import Dropout, byte_dropout, dropout
+from mhatrain.model.dropout import Dropout, byte_dropout, dropout
 
 N = 200_000
 

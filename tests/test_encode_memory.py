@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mhatrain import data as D
-from mhatrain.config import DataConfig
-from mhatrain.tokens import Encoded, TokenTable
+from mhatrain.core.config import DataConfig
+from mhatrain.data.encode import encode_corpus
+from mhatrain.data.sources import Corpus, load_split
+from mhatrain.data.tokenizer import Tokenizer
+from mhatrain.data.tokens import Encoded, TokenTable
 
 from .conftest import TOY
 
@@ -16,18 +18,18 @@ MAX_LENGTH = 22  # with the toy tokenizer (vocabulary 64) this keeps about half 
 
 
 @pytest.fixture(scope="module")
-def tokenizer(toy_tokenizer) -> D.Tokenizer:
+def tokenizer(toy_tokenizer) -> Tokenizer:
     return toy_tokenizer[0]
 
 
 @pytest.fixture(scope="module")
-def corpus() -> D.Corpus:
+def corpus() -> Corpus:
     """The toy training pairs with an empty side and an over-long pair spliced in."""
-    toy = D.load_split(DataConfig(local_dir=str(TOY)), "train")
+    toy = load_split(DataConfig(local_dir=str(TOY)), "train")
     src, tgt = toy.src[:40], toy.tgt[:40]
     src[3], tgt[17] = "", ""
     src[25] = " ".join(src[:6])
-    return D.Corpus("toy", src, tgt)
+    return Corpus("toy", src, tgt)
 
 
 def assert_same(a: Encoded, b: Encoded) -> None:
@@ -41,8 +43,8 @@ def assert_same(a: Encoded, b: Encoded) -> None:
 @pytest.mark.parametrize("max_length", [None, MAX_LENGTH])
 @pytest.mark.parametrize("block", [1, 3, 7, 39, 40, 41, 1000])  # uneven splits, exact, and one block
 def test_blockwise_encoding_gives_the_arrays_of_one_block(tokenizer, corpus, block, max_length):
-    whole = D.encode_corpus(tokenizer, corpus, max_length, block=len(corpus))
-    assert_same(D.encode_corpus(tokenizer, corpus, max_length, block=block), whole)
+    whole = encode_corpus(tokenizer, corpus, max_length, block=len(corpus))
+    assert_same(encode_corpus(tokenizer, corpus, max_length, block=block), whole)
 
 
 @pytest.mark.parametrize("max_length", [None, MAX_LENGTH])
@@ -53,7 +55,7 @@ def test_one_block_matches_encoding_every_sentence_at_once(tokenizer, corpus, ma
         for k in range(len(corpus))
         if max_length is None or (src[k] and tgt[k] and len(src[k]) <= max_length and len(tgt[k]) <= max_length)
     ]
-    encoded = D.encode_corpus(tokenizer, corpus, max_length, block=len(corpus))
+    encoded = encode_corpus(tokenizer, corpus, max_length, block=len(corpus))
     assert encoded.src.tolist() == [src[k] for k in keep] and encoded.tgt.tolist() == [tgt[k] for k in keep]
     assert encoded.index.tolist() == keep
     assert encoded.src.ids.dtype == np.uint16 and encoded.index.dtype == np.int64
@@ -64,7 +66,7 @@ def test_one_block_matches_encoding_every_sentence_at_once(tokenizer, corpus, ma
 
 @pytest.mark.parametrize("block", [1, 5])
 def test_empty_corpus_encodes_to_empty_arrays(tokenizer, block):
-    encoded = D.encode_corpus(tokenizer, D.Corpus("empty", [], []), MAX_LENGTH, block=block)
+    encoded = encode_corpus(tokenizer, Corpus("empty", [], []), MAX_LENGTH, block=block)
     assert len(encoded) == 0 and encoded.src.offsets.tolist() == [0] and encoded.tgt.offsets.tolist() == [0]
     assert encoded.src.ids.size == 0 and encoded.src.ids.dtype == np.uint16 and encoded.index.dtype == np.int64
     assert (encoded.dropped_empty, encoded.dropped_long) == (0, 0)

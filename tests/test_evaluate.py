@@ -141,7 +141,7 @@ def test_a_run_written_before_a_config_key_existed_still_loads(tiny_run, tmp_pat
     train.gpu_checkpoint_minutes) load with those keys' defaults instead of being refused as another config."""
     import yaml
 
-    from mhatrain.checkpoint import load_checkpoint, save_checkpoint
+    from mhatrain.core.checkpoint import load_checkpoint, save_checkpoint
 
     run = tmp_path / "old-run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("eval", "heads", "snapshots"))

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from mhatrain import data as D
-from mhatrain.head_roles import classify, role_counts, role_records, row_measures, study_role_measures
+from mhatrain.analysis.roles import classify, role_counts, role_records, row_measures, study_role_measures
+from mhatrain.data.batches import collate
+from mhatrain.data.tokens import BOS, EOS, Encoded
 
 from .conftest import run_cli
 
@@ -21,7 +22,7 @@ def one_example(p: torch.Tensor, kind: str, keys: list[int]):
     key_valid = torch.ones(1, Tq, Tk, dtype=torch.bool)
     if kind == "dec-self":
         key_valid &= torch.ones(Tq, Tk, dtype=torch.bool).tril()
-    sink = torch.tensor([[k in (D.EOS, D.BOS) for k in keys]], dtype=torch.float)
+    sink = torch.tensor([[k in (EOS, BOS) for k in keys]], dtype=torch.float)
     sums = row_measures(p[None, None, None], query, key_valid, sink, kind)
     rows, normalised_rows = float(sums.pop("_rows")), float(sums.pop("_normalised_rows"))
     return {
@@ -35,7 +36,7 @@ def test_a_previous_token_head_is_positional():
     p[0, 0] = 1.0
     for i in range(1, T):
         p[i, i - 1] = 1.0
-    m = one_example(p, "dec-self", [D.BOS, 5, 6, 7, 8])
+    m = one_example(p, "dec-self", [BOS, 5, 6, 7, 8])
     assert m["previous"] == pytest.approx(4 / 5) and m["same"] == pytest.approx(1 / 5)
     assert m["confidence"] == pytest.approx(1.0) and m["entropy"] == pytest.approx(0.0)
     assert m["sink"] == pytest.approx(2 / 5)  # rows 0 and 1 look at <s>
@@ -43,7 +44,7 @@ def test_a_previous_token_head_is_positional():
 
 
 def test_an_end_of_sentence_sink_and_a_diffuse_head():
-    keys = [5, 6, 7, D.EOS]
+    keys = [5, 6, 7, EOS]
     sink = torch.zeros(4, 4)
     sink[:, 3] = 1.0
     assert classify(one_example(sink, "enc-self", keys), "enc-self") == "sink"
@@ -60,24 +61,24 @@ def test_cross_attention_on_the_proportional_diagonal_is_positional():
     p = torch.zeros(T, S)
     for i in range(T):
         p[i, 2 * i] = 1.0
-    m = one_example(p, "cross", [5, 6, 7, 8, 9, 10, D.EOS])
+    m = one_example(p, "cross", [5, 6, 7, 8, 9, 10, EOS])
     assert m["diagonal"] == pytest.approx(1.0)
     assert classify(m, "cross") == "positional"
     p = torch.zeros(T, S)
     p[:, 0] = 1.0  # always the first source word
-    assert one_example(p, "cross", [5, 6, 7, 8, 9, 10, D.EOS])["diagonal"] == pytest.approx(1 / 4)
+    assert one_example(p, "cross", [5, 6, 7, 8, 9, 10, EOS])["diagonal"] == pytest.approx(1 / 4)
 
 
 def test_padding_rows_and_keys_do_not_count(tiny_run):
     """A batch of two padded sentences gives the row-weighted mean of the two sentences alone."""
-    from mhatrain.head_roles import measure_roles
-    from mhatrain.runner import load_run
+    from mhatrain.analysis.roles import measure_roles
+    from mhatrain.inference.trained import load_run
 
     run = load_run(tiny_run)
     run.model.eval()
-    pairs = D.Encoded.from_lists([[5, 6, 7], [8, 9, 10, 11, 12, 13]], [[14, 15], [16, 17, 18, 19, 20]], [0, 1])
-    both = measure_roles(run.model, [D.collate(pairs, [0, 1])])
-    alone = [measure_roles(run.model, [D.collate(pairs, [i])]) for i in (0, 1)]
+    pairs = Encoded.from_lists([[5, 6, 7], [8, 9, 10, 11, 12, 13]], [[14, 15], [16, 17, 18, 19, 20]], [0, 1])
+    both = measure_roles(run.model, [collate(pairs, [0, 1])])
+    alone = [measure_roles(run.model, [collate(pairs, [i])]) for i in (0, 1)]
     rows = {"enc-self": (4, 7), "dec-self": (3, 6), "cross": (3, 6)}  # query rows of each sentence
     for kind, (a, b) in rows.items():
         for name in ("entropy", "confidence", "previous", "sink"):

@@ -14,11 +14,8 @@ import torch
 from rich.console import Console
 
 from mhatrain import cli
-from mhatrain.attention_maps import FIELDS, KINDS, attention_maps, head_statistics, show_attention
-from mhatrain.config import DecodeConfig, ModelConfig
-from mhatrain.data import BOS, EOS, PAD, Batch
-from mhatrain.decode import translate_ids
-from mhatrain.heads import (
+from mhatrain.analysis.figures import attention_grid, head_heatmaps, pruning_plot
+from mhatrain.analysis.importance import (
     EvalSet,
     Head,
     Judge,
@@ -33,8 +30,12 @@ from mhatrain.heads import (
     pruning_order,
     summed_nll,
 )
-from mhatrain.model import build_model
-from mhatrain.plots import attention_grid, head_heatmaps, pruning_plot
+from mhatrain.analysis.maps import FIELDS, KINDS, attention_maps, head_statistics, show_attention
+from mhatrain.core.config import DecodeConfig, ModelConfig
+from mhatrain.data.batches import Batch
+from mhatrain.data.tokens import BOS, EOS, PAD
+from mhatrain.inference.search import translate_ids
+from mhatrain.model.transformer import build_model
 
 from .conftest import ROOT, run_cli
 
@@ -412,7 +413,7 @@ def call_main(monkeypatch, capsys, *args) -> str:
         (["attention", "{run}", "The cat.", "--layer", "first"], "--layer must be a layer number"),
         (
             ["attention", "{run}", "The cat.", "--kind", "self"],
-            "--kind must be one of enc-self, dec-self, cross or all",
+            "--kind must be enc-self, dec-self, cross or all",
         ),
         (["attention", "{run}", "   "], "empty sentence"),
         (["attention", "{tmp}", "The cat."], "is not a mhatrain run directory"),
@@ -428,7 +429,7 @@ def test_bad_options_give_one_clear_line(tiny_run, tmp_path, monkeypatch, capsys
 
 def test_the_gradient_importance_note_in_the_heads_file_says_per_sentence():
     """The note written into heads JSON describes the method that ran: per-sentence |∂L_s/∂gate|."""
-    from mhatrain.heads import NOTES
+    from mhatrain.analysis.importance import NOTES
 
     assert "sentence" in NOTES["gradient"] and "of the batch" not in NOTES["gradient"]
 

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from mhatrain.errors import MhatrainError
-from mhatrain.io import atomic_write_json, atomic_write_text
+from mhatrain.core.errors import MhatrainError
+from mhatrain.core.files import atomic_write_json, atomic_write_text
 
 from .conftest import FullDisk
 
@@ -50,7 +50,7 @@ def test_a_full_disk_during_torch_save_is_a_clear_error(tmp_path):
     # torch.save turns the OSError of a failed write into a RuntimeError; the cause is still reported.
     import torch
 
-    from mhatrain.io import atomic_write
+    from mhatrain.core.files import atomic_write
 
     target = tmp_path / "last.pt"
     target.write_bytes(b"previous")

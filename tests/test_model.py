@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from mhatrain.data import BOS, PAD
-from mhatrain.model import Attention, HeadGates, count_parameters, sinusoidal_positions
+from mhatrain.data.tokens import BOS, PAD
+from mhatrain.model.transformer import Attention, HeadGates, count_parameters, sinusoidal_positions
 
 from . import conftest
 
@@ -297,9 +297,9 @@ def test_training_loss_and_gradients_equal_the_062a073_computation(norm, precisi
     the loss and every gradient are those of the padding-and-causal masks, and of F.cross_entropy."""
     import torch.nn.functional as F
 
-    from mhatrain.data import Batch
-    from mhatrain.runtime import autocast
-    from mhatrain.step import batch_loss
+    from mhatrain.core.runtime import autocast
+    from mhatrain.data.batches import Batch
+    from mhatrain.training.step import batch_loss
 
     model = small_model(norm)
     src = pad_to([tokens(5, seed=21), tokens(3, seed=22), tokens(7, seed=23)], 7)

@@ -8,14 +8,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 
-from mhatrain.curves import Curve, group_by_heads
-from mhatrain.plots import (
-    CURVE_PANELS,
-    attention_grid_figure,
-    head_count_figure,
-    head_heatmaps_figure,
-    learning_curves_figure,
-)
+from mhatrain.analysis.figures import attention_grid_figure, head_heatmaps_figure
+from mhatrain.study.curves import CURVE_PANELS, Curve, group_by_heads, learning_curves_figure
+from mhatrain.study.figures import head_count_figure
 
 KINDS = ("enc-self", "dec-self", "cross")
 

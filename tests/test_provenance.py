@@ -9,7 +9,7 @@ import platform
 
 import torch
 
-from mhatrain.provenance import code_version, cpu_model, read_sessions
+from mhatrain.core.provenance import code_version, cpu_model, read_sessions
 
 from .conftest import TINY, TOY, run_cli
 

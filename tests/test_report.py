@@ -9,7 +9,7 @@ import re
 import pytest
 from rich.console import Console
 
-from mhatrain.report import show
+from mhatrain.study.terminal import show
 
 from .conftest import ROOT
 

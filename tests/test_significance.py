@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mhatrain.config import load_config
-from mhatrain.data import load_split
-from mhatrain.report import conclusion
-from mhatrain.significance import (
+from mhatrain.core.config import load_config
+from mhatrain.data.sources import load_split
+from mhatrain.study.claims import conclusion
+from mhatrain.study.significance import (
     SENTENCE_SAMPLES,
     bleu_from_sums,
     bleu_of,

@@ -8,16 +8,16 @@ import pytest
 import torch
 from rich.console import Console
 
-import mhatrain.step as update_step
+import mhatrain.training.step as update_step
 from mhatrain.bench.inputs import synthetic_pairs
 from mhatrain.bench.report import OURS
 from mhatrain.bench.train import LR, train_step
-from mhatrain.config import load_config
-from mhatrain.data import collate
-from mhatrain.distributed import Group
-from mhatrain.model import build_model
-from mhatrain.runtime import loss_scaler
-from mhatrain.train import train
+from mhatrain.core.config import load_config
+from mhatrain.core.distributed import Group
+from mhatrain.core.runtime import loss_scaler
+from mhatrain.data.batches import collate
+from mhatrain.model.transformer import build_model
+from mhatrain.training.loop import train
 
 from .conftest import TINY
 
@@ -26,10 +26,10 @@ from .conftest import TINY
 def updates(monkeypatch) -> list[dict]:
     """Every call of step.optimizer_update from now on (by the bench, or by train.py, which imports it
     by name): its model (in the DDP model's place), share of batches, learning rate and statistics."""
-    import mhatrain.train
+    import mhatrain.training.loop
 
     calls, real = [], update_step.optimizer_update
-    assert mhatrain.train.optimizer_update is real  # training's update is step.py's, not a copy
+    assert mhatrain.training.loop.optimizer_update is real  # training's update is step.py's, not a copy
 
     def spy(forward_model, ddp_model, optimizer, scaler, share, t, lr, procs, sizes=None):
         stats = real(forward_model, ddp_model, optimizer, scaler, share, t, lr, procs, sizes)
@@ -37,7 +37,7 @@ def updates(monkeypatch) -> list[dict]:
         return stats
 
     monkeypatch.setattr(update_step, "optimizer_update", spy)
-    monkeypatch.setattr(mhatrain.train, "optimizer_update", spy)
+    monkeypatch.setattr(mhatrain.training.loop, "optimizer_update", spy)
     return calls
 
 
@@ -143,7 +143,7 @@ def test_training_reads_the_device_only_when_it_logs_or_decides(tmp_path, spm_ca
     """Between two log lines (train.log_every) the loop waits for nothing: the profile of a training run
     shows no read of a tensor's value in any update that neither logs nor decides something, and the
     updates' statistics are read (read_updates) exactly at the logged updates and at the last one."""
-    import mhatrain.train
+    import mhatrain.training.loop
 
     steps, reads, real_update, real_read = [], [], update_step.optimizer_update, update_step.read_updates
 
@@ -156,8 +156,8 @@ def test_training_reads_the_device_only_when_it_logs_or_decides(tmp_path, spm_ca
         reads.append(len(steps))
         return real_read(updates)
 
-    monkeypatch.setattr(mhatrain.train, "optimizer_update", update)
-    monkeypatch.setattr(mhatrain.train, "read_updates", read)
+    monkeypatch.setattr(mhatrain.training.loop, "optimizer_update", update)
+    monkeypatch.setattr(mhatrain.training.loop, "read_updates", read)
     config = load_config(
         TINY,
         [f"data.cache_dir={spm_cache}", "model.dropout=0.1", "train.max_steps=12", "train.log_every=5"]
@@ -185,8 +185,8 @@ def test_compiled_training_compiles_one_graph_per_length_bucket(tmp_path, spm_ca
     loss. (dynamo's own cheap backend, "eager", stands in for inductor: the graphs are dynamo's.)"""
     from torch._dynamo.utils import counters
 
-    import mhatrain.train
-    from mhatrain.data import bucket_length
+    import mhatrain.training.loop
+    from mhatrain.data.batches import bucket_length
 
     shapes, real = [], update_step.optimizer_update
 
@@ -194,8 +194,8 @@ def test_compiled_training_compiles_one_graph_per_length_bucket(tmp_path, spm_ca
         shapes.extend(tuple(batch.src.shape) + (batch.tgt_in.size(1),) for batch, _ in share)
         return real(forward_model, ddp_model, optimizer, scaler, share, t, lr, procs, sizes)
 
-    monkeypatch.setattr(mhatrain.train, "optimizer_update", update)
-    monkeypatch.setattr(mhatrain.train, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(mhatrain.training.loop, "optimizer_update", update)
+    monkeypatch.setattr(mhatrain.training.loop, "COMPILE_BACKEND", "eager")
     config = load_config(
         TINY,
         [f"data.cache_dir={spm_cache}", "train.compile=true", "train.max_steps=16", "train.valid_bleu=false"],
@@ -233,7 +233,7 @@ def test_padding_a_batch_to_its_bucket_changes_no_loss():
 def test_on_a_gpu_update_count_checkpoints_wait_for_gpu_checkpoint_minutes():
     """checkpoint_every keeps its meaning on the CPU; on a GPU, where 50 updates take a second, it saves
     no sooner than train.gpu_checkpoint_minutes after the last save (0: every checkpoint_every updates)."""
-    from mhatrain.train import checkpoint_wanted
+    from mhatrain.training.loop import checkpoint_wanted
 
     t = load_config(TINY, ["train.checkpoint_every=50"], check_paths=False).train
     assert t.gpu_checkpoint_minutes == 5
@@ -252,8 +252,8 @@ def test_on_a_gpu_update_count_checkpoints_wait_for_gpu_checkpoint_minutes():
 
 
 def test_bf16_on_a_gpu_without_native_bf16_is_refused_naming_fp16(monkeypatch):
-    from mhatrain.errors import MhatrainError
-    from mhatrain.runtime import check_gpu_bf16
+    from mhatrain.core.errors import MhatrainError
+    from mhatrain.core.runtime import check_gpu_bf16
 
     native = {"value": False}
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native["value"])
@@ -270,7 +270,7 @@ def test_bf16_on_a_gpu_without_native_bf16_is_refused_naming_fp16(monkeypatch):
 def test_the_update_sizes_from_lengths_are_what_the_collated_batches_count(bucket_limit):
     """With several processes each one knows the whole update's token and padding counts from the pairs'
     lengths (data.batch_sizes), without asking the others: the counts of the collated batches."""
-    from mhatrain.data import batch_sizes
+    from mhatrain.data.batches import batch_sizes
 
     pairs = synthetic_pairs(40, 64, seed=5)
     batches = [list(range(0, 7)), list(range(7, 20)), [25, 3, 39]]

@@ -13,11 +13,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from mhatrain.checkpoint import load_checkpoint, open_run, save_checkpoint
-from mhatrain.config import load_config
-from mhatrain.errors import CheckpointError
-from mhatrain.step import noam_lr
-from mhatrain.train import train
+from mhatrain.core.checkpoint import load_checkpoint, open_run, save_checkpoint
+from mhatrain.core.config import load_config
+from mhatrain.core.errors import CheckpointError
+from mhatrain.training.loop import train
+from mhatrain.training.step import noam_lr
 
 from .conftest import ROOT, TINY, run_cli
 
@@ -143,8 +143,8 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
 def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeypatch):
     """Checkpoints every 5 updates keep the weights of the newest 3; `average --last 3` takes them;
     a resume from an earlier checkpoint drops the snapshots after it."""
-    from mhatrain.average import average_checkpoints, last_snapshots
-    from mhatrain.checkpoint import list_snapshots
+    from mhatrain.core.rundir import list_snapshots
+    from mhatrain.training.average import average_checkpoints, last_snapshots
 
     run = tmp_path / "run"
     train(
@@ -196,8 +196,8 @@ def test_the_last_n_snapshots_are_kept_and_averaged(tmp_path, spm_cache, monkeyp
 
 def test_checkpoints_every_n_minutes(tmp_path, spm_cache, monkeypatch):
     """With a clock that moves a minute per reading, every update is due a timed checkpoint."""
-    import mhatrain.train as T
-    from mhatrain.checkpoint import list_snapshots
+    import mhatrain.training.loop as T
+    from mhatrain.core.rundir import list_snapshots
 
     minutes = iter(range(10_000))
     monkeypatch.setattr(T.time, "monotonic", lambda: 60.0 * next(minutes))
@@ -255,7 +255,7 @@ def test_a_compile_failure_at_any_update_falls_back_to_eager(tmp_path, spm_cache
 def test_the_training_forward_compiles_as_one_graph(norm):
     """No graph breaks: the byte dropout's random_() and per-call closures in the layers broke the
     graph (and recompiled) before."""
-    from mhatrain.model import build_model
+    from mhatrain.model.transformer import build_model
 
     config = load_config(TINY, ["model.dropout=0.1", "model.attention_dropout=0.1", f"model.norm={norm}"])
     model = build_model(config.model, 64).train()
@@ -323,8 +323,8 @@ def test_open_run_rejects_directories_that_are_not_runs(tmp_path):
 
 
 def test_stop_reasons():
-    from mhatrain.config import TrainConfig
-    from mhatrain.train import TrainState, stop_reason
+    from mhatrain.core.config import TrainConfig
+    from mhatrain.training.state import TrainState, stop_reason
 
     t = TrainConfig(max_epochs=5, max_steps=100, patience=3)
     assert stop_reason(TrainState(step=99, epoch=4, bad_validations=2), t) == ""
@@ -362,7 +362,7 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
 
 def _poison_losses(monkeypatch, bad_calls):
     """Make batch_loss return NaN on the given call numbers (1-based)."""
-    import mhatrain.step as T
+    import mhatrain.training.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -384,7 +384,7 @@ def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path, spm_cache, 
 
 
 def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(tmp_path, spm_cache, monkeypatch):
-    from mhatrain.errors import MhatrainError
+    from mhatrain.core.errors import MhatrainError
 
     _poison_losses(monkeypatch, set(range(5, 100)))
     out = tmp_path / "run"
@@ -402,7 +402,7 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_intact(t
 def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache, monkeypatch):
     """fp16 trains through torch.amp.GradScaler: an update whose scaled gradients overflow (the loss itself
     finite) is skipped and halves the scale, and such skips do not count towards train.max_bad_updates."""
-    import mhatrain.step as T
+    import mhatrain.training.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -432,7 +432,7 @@ def test_fp16_overflows_are_skipped_and_lower_the_loss_scale(tmp_path, spm_cache
 
 
 def test_out_of_memory_on_one_batch_is_skipped_and_counted(tmp_path, spm_cache, monkeypatch):
-    import mhatrain.step as T
+    import mhatrain.training.step as T
 
     real, calls = T.batch_loss, {"n": 0}
 
@@ -456,11 +456,12 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
     """The blockwise loss is F.cross_entropy's: smoothed loss and NLL, their gradients, PAD ignored."""
     import torch.nn.functional as F
 
-    import mhatrain.loss
-    from mhatrain.data import PAD, Batch
-    from mhatrain.step import batch_loss
+    import mhatrain.training.loss
+    from mhatrain.data.batches import Batch
+    from mhatrain.data.tokens import PAD
+    from mhatrain.training.step import batch_loss
 
-    monkeypatch.setitem(mhatrain.loss.BLOCK_BYTES, "cpu", block_bytes)
+    monkeypatch.setitem(mhatrain.training.loss.BLOCK_BYTES, "cpu", block_bytes)
     torch.manual_seed(0)
     logits = torch.randn(2, 3, 11, dtype=dtype, requires_grad=True)
     gold = torch.tensor([[4, 5, 6], [7, PAD, PAD]])
@@ -477,7 +478,7 @@ def test_batch_loss_equals_cross_entropy_with_label_smoothing(smoothing, dtype, 
 
 
 def test_slow_bf16_warning_follows_the_measured_speeds(monkeypatch):
-    from mhatrain import runtime
+    from mhatrain.core import runtime
 
     speeds = {torch.float32: 1.0, torch.bfloat16: 50.0}  # seconds per probe matmul
     monkeypatch.setattr(runtime, "_matmul_seconds", lambda dtype, repeats=3: speeds[dtype])
@@ -489,7 +490,7 @@ def test_slow_bf16_warning_follows_the_measured_speeds(monkeypatch):
 
 
 def test_bf16_probe_measures_real_matmuls():
-    from mhatrain import runtime
+    from mhatrain.core import runtime
 
     torch.manual_seed(7)
     before = torch.get_rng_state()
@@ -500,7 +501,7 @@ def test_bf16_probe_measures_real_matmuls():
 def test_loss_blocks_are_sized_from_the_vocabulary_and_the_device_budget():
     """A CPU block is cache-sized; elsewhere (CUDA) the budget is memory, so a 37k vocabulary is not
     cut into hundreds of blocks; a block always has a row. The GPU sizing computes the CPU's loss."""
-    import mhatrain.loss as L
+    import mhatrain.training.loss as L
 
     cpu, gpu = L.block_rows(37000, torch.device("cpu")), L.block_rows(37000, torch.device("cuda"))
     assert cpu * 37000 * 4 <= L.BLOCK_BYTES["cpu"] < (cpu + 1) * 37000 * 4
@@ -525,8 +526,9 @@ def test_validation_during_training_scores_the_weights_it_saved(tiny_run, tmp_pa
     without advancing their version counters, so anything that keeps derived weights between
     validations (once: the stacked W_Q, W_K, W_V) would score an old model from the second
     validation on. The last validation (end of the last epoch) must equal a fresh scoring of last.pt."""
-    from mhatrain.runner import load_run
-    from mhatrain.train import prepare_data, run_validation
+    from mhatrain.inference.trained import load_run
+    from mhatrain.training.loop import prepare_data
+    from mhatrain.training.validation import run_validation
 
     records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
     last_valid = [r for r in records if r["kind"] == "valid"][-1]
@@ -540,7 +542,7 @@ def test_validation_during_training_scores_the_weights_it_saved(tiny_run, tmp_pa
 def test_commands_that_load_a_trained_model_run_on_its_train_threads(tiny_run):
     """eval, translate, heads and attention load through load_run: it applies train.threads (with --set),
     so `eval --set train.threads=1` beside a running grid does not start torch's default thread pool."""
-    from mhatrain.runner import load_run
+    from mhatrain.inference.trained import load_run
 
     try:
         load_run(tiny_run, overrides=["train.threads=2"])

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from scipy import stats
 
-from mhatrain.config import load_config
-from mhatrain.model import build_model, count_parameters
-from mhatrain.regimes import interaction, point_cost
-from mhatrain.report import verdict_of
-from mhatrain.study import Point, expand_grid, parse_cell, parse_point_name, point_dirs
+from mhatrain.core.config import load_config
+from mhatrain.model.transformer import build_model, count_parameters
+from mhatrain.study.comparison import verdict_of
+from mhatrain.study.record import Point, expand_grid, parse_cell, parse_point_name, point_dirs
+from mhatrain.study.regimes import interaction, point_cost
 
 from .conftest import TINY, TOY, assert_clean_error, run_cli
 
@@ -214,7 +214,7 @@ def test_report_of_a_cell_folder_alone_is_a_plain_study(varied, tmp_path):
     """A cell's folder is laid out as a study: `report` works on it by itself."""
     from rich.console import Console
 
-    from mhatrain.report import report_study
+    from mhatrain.study.report import report_study
 
     cell = tmp_path / CELLS[0]
     shutil.copytree(varied["out"] / CELLS[0], cell)

@@ -15,13 +15,17 @@ module per bench.
 
 from __future__ import annotations
 
+import importlib
+
+from ..core.errors import MhatrainError
 from .options import BENCHES, BenchOptions
+
+# Each bench, its report and the runtime import torch: they load when a bench runs, so that
+# `mhatrain bench --help` and option errors answer at once.
 
 
 def run_benches(names: list[str], options: BenchOptions, log=print) -> list:
     """Run the named benches in order (a list of report.BenchResult); `log` receives progress lines."""
-    import importlib
-
     _apply_threads(options)
     return [importlib.import_module(f"{__name__}.{name}").run(options, log) for name in names]
 
@@ -29,8 +33,7 @@ def run_benches(names: list[str], options: BenchOptions, log=print) -> list:
 def report_benches(names: list[str], options: BenchOptions, console, json_path=None, markdown_path=None) -> list:
     """Run the benches, print each one's table as it finishes, write JSON/Markdown; a failed
     correctness check fails the command after the outputs are written."""
-    from ..errors import MhatrainError
-    from .report import describe_machine, print_result, write_outputs
+    from .report import describe_machine, print_result, write_outputs  # torch: see above
 
     _apply_threads(options)
     machine = describe_machine(options.device)
@@ -53,7 +56,7 @@ def report_benches(names: list[str], options: BenchOptions, console, json_path=N
 
 
 def _apply_threads(options: BenchOptions) -> None:
-    from ..runtime import set_threads
+    from ..core.runtime import set_threads  # torch: see above
 
     set_threads(options.threads)
 

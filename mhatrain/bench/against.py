@@ -5,6 +5,10 @@ next to ours, in the same process: its training step is then timed alternately w
 the other peers are (see timing.py). An A/B measured this way sees the same phases of the machine,
 which two separate runs on a shared machine do not. mhatrain's modules import each other relatively,
 so the other tree's modules find each other, not ours.
+
+A peer is asked for a role (its model, its search, its update step), not a module path: the package
+was flat before it was cut into layers (model.py, decode.py, step.py, train.py), and ROLES names
+where each role lives in either layout, so a checkout from before the cut is still a peer.
 """
 
 from __future__ import annotations
@@ -17,9 +21,17 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ..errors import MhatrainError
+from ..core.errors import MhatrainError
 
 PACKAGE = "mhatrain_against"
+
+# role -> its module in the layered package, then in the flat one (before mhatrain/__init__.py had LAYERS)
+ROLES = {
+    "model": ("model.transformer", "model"),  # build_model
+    "search": ("inference.search", "decode"),  # beam_search
+    "step": ("training.step", "step"),  # optimizer_update, batch_loss (a flat checkout from before step.py lacks it)
+    "train": ("training.loop", "train"),  # the flat train.py of before step.py: its own update's parts
+}
 
 
 def check_checkout(path: Path) -> Path:
@@ -48,13 +60,17 @@ def label(path: Path) -> str:
     return f"against {commit}{'+dirty' if dirty else ''}"
 
 
-def has_module(path: Path, module: str) -> bool:
-    """Whether the checkout's mhatrain has `module` (e.g. "step", which older checkouts lack)."""
-    return (check_checkout(path) / "mhatrain" / f"{module}.py").is_file()
+def role_module(path: Path, role: str) -> str | None:
+    """The checkout's module that plays `role` (a key of ROLES), or None if it has none."""
+    package = check_checkout(path) / "mhatrain"
+    return next((m for m in ROLES[role] if (package / (m.replace(".", "/") + ".py")).is_file()), None)
 
 
-def import_checkout(path: Path, module: str) -> ModuleType:
-    """`module` (e.g. "train") of the checkout's mhatrain, imported as mhatrain_against_<hash>.<module>."""
+def import_role(path: Path, role: str) -> ModuleType:
+    """The module of the checkout's mhatrain that plays `role`, imported as mhatrain_against_<hash>.<module>."""
+    module = role_module(path, role)
+    if module is None:
+        raise MhatrainError(f"--against {path}: its mhatrain has none of {', '.join(ROLES[role])}")
     root = check_checkout(path)
     name = f"{PACKAGE}_{hashlib.sha1(str(root).encode()).hexdigest()[:12]}"
     if name not in sys.modules:

@@ -1,7 +1,7 @@
 """`mhatrain bench attention`: forward + backward of one self-attention layer with a padding mask.
 
 Peers, all holding the same weights (checked: same output as ours before timing):
-  ours                    mhatrain.attention.MultiHeadAttention (all heads in one batched op)
+  ours                    mhatrain.model.attention.MultiHeadAttention (all heads in one batched op)
   nn.MultiheadAttention   torch's module, batch_first, packed Q/K/V in-projection
   article loop            the explainer article's per-head loop, repaired (bench.peers)
 Input: a Multi30k-like batch of 128 sentences × 32 positions (lengths 10–32, the rest padding,
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import MultiHeadAttention
-from ..runtime import autocast
+from ..core.runtime import autocast
+from ..model.attention import MultiHeadAttention
 from .measure import measure_peers
 from .memory import Workload
 from .options import QUICK_D_MODEL, BenchOptions, check_heads

@@ -1,7 +1,7 @@
 """`mhatrain bench decode`: sentences/s translating the test set, greedy and beam 4.
 
 Peers, same source batches (length-sorted, decode.batch_tokens, as `translate_ids` makes them):
-  ours             mhatrain.decode.beam_search with the decoder cache
+  ours             mhatrain.inference.search.beam_search with the decoder cache
   ours, no cache   the same search recomputing the whole prefix each step (use_cache=False)
   HF generate      Hugging Face `generate()` of a MarianMTModel of the same dimensions and beam
 Fair lengths: every peer runs the same number of decoder steps per batch. With random weights
@@ -25,11 +25,13 @@ import dataclasses
 
 import torch
 
-from .. import data
-from ..config import Config, DecodeConfig, ModelConfig
-from ..decode import batch_source_tokens, beam_search
-from ..model import build_model
-from ..runtime import autocast
+from ..core.config import Config, DecodeConfig, ModelConfig
+from ..core.runtime import autocast
+from ..data.batches import batch_indices
+from ..data.tokens import EOS, PAD
+from ..inference.search import batch_source_tokens, beam_search
+from ..inference.trained import load_run
+from ..model.transformer import build_model
 from . import against as other
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
@@ -57,8 +59,6 @@ class ModelSource:
 
 def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
     if source.run_dir is not None:
-        from ..runner import load_run
-
         return load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
     torch.manual_seed(seed)
     model = build_model(source.model_cfg, source.vocab_size).to(device).eval()
@@ -68,17 +68,17 @@ def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
 
 def their_search(source: ModelSource, device, seed: int, against: str):
     """The other checkout's model, loaded with our model's weights, and its beam_search."""
-    model = other.import_checkout(against, "model").build_model(source.model_cfg, source.vocab_size)
+    model = other.import_role(against, "model").build_model(source.model_cfg, source.vocab_size)
     model.load_state_dict(our_model(source, device, seed).state_dict())
-    return model.to(device).eval(), other.import_checkout(against, "decode").beam_search
+    return model.to(device).eval(), other.import_role(against, "search").beam_search
 
 
 def _never_end(output: torch.nn.Linear) -> None:
     """Zero EOS's output row (random weights): every sentence runs to the length limit."""
     with torch.no_grad():
-        output.weight[data.EOS].zero_()
+        output.weight[EOS].zero_()
         if output.bias is not None:
-            output.bias[data.EOS] = 0.0
+            output.bias[EOS] = 0.0
 
 
 def decode_step(
@@ -115,7 +115,7 @@ def decode_step(
                 return [
                     model.generate(
                         input_ids=src,
-                        attention_mask=src != data.PAD,
+                        attention_mask=src != PAD,
                         do_sample=False,
                         max_new_tokens=n + 1,
                         **({} if random_weights else {"min_new_tokens": n}),
@@ -145,91 +145,41 @@ def decode_step(
 def generated_tokens(peer: str, output) -> list[int]:
     """Tokens generated per sentence, EOS included."""
     if peer == "HF generate":
-        return (output[:, 1:] != data.PAD).sum(1).tolist()  # column 0 is the decoder start token
+        return (output[:, 1:] != PAD).sum(1).tolist()  # column 0 is the decoder start token
     return [len(hyp) + 1 for hyp in output]
 
 
 def run(options: BenchOptions, log) -> BenchResult:
+    """Time every peer's search on the same sentences, for each beam size and precision."""
     against = str(options.against) if options.against is not None else None
     if against is None:
         require_transformers("bench decode (its HF generate peer)")
     peers = (OURS, other.label(options.against)) if against is not None else PEERS
     config, source, sources, where = _inputs(options, log)
-    device = options.device
     precisions = options.precisions or (config.train.precision,)
-    repeats, warmup = options.repetitions("decode")
-    random_weights = source.run_dir is None
     length = GEN_LEN[options.quick]
-    decode_cfg = (
-        dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length) if random_weights else config.decode
-    )
-    m = config.model
-    result = BenchResult(
-        "decode",
-        {
-            "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
-            f"vocab {source.vocab_size}",
-            "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
-            "sentences": f"{len(sources)} from {where}",
-            "beams": list(options.beams),
-            "generated_tokens": f"{length} + EOS per sentence"
-            if random_weights
-            else "each search's own"
-            if against is not None
-            else "ours' own; generate() forced to match",
-            "precisions": list(precisions),
-            "repeats": repeats,
-            "warmup": warmup,
-            "compile": options.compile,
-            "device": str(device),
-        },
-        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
-    )
-    if against is not None:
-        result.settings["against"] = against
+    if source.run_dir is None:  # random weights: every sentence is decoded to a fixed length
+        decode_cfg = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length)
+    else:
+        decode_cfg = config.decode
+    result = _new_result(options, config, source, f"{len(sources)} from {where}", precisions, length, against)
     for beam in options.beams:
         # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
-        order = data.batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
+        order = batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
         batches = [pad_sources([sources[i] for i in indices]) for indices in order]
         if against is not None:
             forced = [length] * len(batches)  # no generate() peer to force
             check, per_sentence = _check_against(
-                source, batches, beam, decode_cfg, device, options.seed, against, peers[1]
+                source, batches, beam, decode_cfg, options.device, options.seed, against, peers[1]
             )
         else:
-            forced = _forced_lengths(source, batches, beam, decode_cfg, length, device, options.seed)
-            check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, device, options.seed)
+            forced = _forced_lengths(source, batches, beam, decode_cfg, length, options.device, options.seed)
+            check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, options.device, options.seed)
         result.checks += check
         for precision in precisions:
             case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
             log(f"bench decode: {case}")
-            common = dict(
-                source=source,
-                beam=beam,
-                decode_cfg=decode_cfg,
-                precision=precision,
-                device=str(device),
-                seed=options.seed,
-            )
-            if against is not None:
-                common["against"] = against
-            workloads = {
-                peer: Workload(
-                    __name__,
-                    "decode_step",
-                    dict(peer=peer, batches=batches, forced=forced, **common),
-                    imports=("transformers",) if peer == "HF generate" else (),
-                )
-                for peer in peers
-            }
-            largest = max(range(len(batches)), key=lambda b: batches[b].numel())
-            one_batch = {
-                peer: dataclasses.replace(
-                    w, kwargs={**w.kwargs, "batches": [batches[largest]], "forced": [forced[largest]]}
-                )
-                for peer, w in workloads.items()
-            }
-            measured = measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
+            measured = _measure_case(options, source, batches, forced, beam, decode_cfg, precision, peers, against)
             result.notes += [f"{case} {problem}" for problem in measured.problems]
             metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in peers}
             result.add_case(
@@ -247,12 +197,73 @@ def run(options: BenchOptions, log) -> BenchResult:
     return result
 
 
+def _new_result(
+    options: BenchOptions, config: Config, source: ModelSource, sentences: str, precisions, length, against
+):
+    """The bench's result with its settings: the model, its weights, the sentences, how it was measured."""
+    m = config.model
+    random_weights = source.run_dir is None
+    if random_weights:
+        generated = f"{length} + EOS per sentence"
+    else:
+        generated = "each search's own" if against is not None else "ours' own; generate() forced to match"
+    repeats, warmup = options.repetitions("decode")
+    result = BenchResult(
+        "decode",
+        {
+            "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
+            f"vocab {source.vocab_size}",
+            "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
+            "sentences": sentences,
+            "beams": list(options.beams),
+            "generated_tokens": generated,
+            "precisions": list(precisions),
+            "repeats": repeats,
+            "warmup": warmup,
+            "compile": options.compile,
+            "device": str(options.device),
+        },
+        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
+    )
+    if against is not None:
+        result.settings["against"] = against
+    return result
+
+
+def _measure_case(options, source, batches, forced, beam: int, decode_cfg, precision: str, peers, against):
+    """Every peer's search of all batches, timed alternately; peak memory on the batch with the most cells."""
+    common = dict(
+        source=source,
+        beam=beam,
+        decode_cfg=decode_cfg,
+        precision=precision,
+        device=str(options.device),
+        seed=options.seed,
+    )
+    if against is not None:
+        common["against"] = against
+    workloads = {
+        peer: Workload(
+            __name__,
+            "decode_step",
+            dict(peer=peer, batches=batches, forced=forced, **common),
+            imports=("transformers",) if peer == "HF generate" else (),
+        )
+        for peer in peers
+    }
+    largest = max(range(len(batches)), key=lambda b: batches[b].numel())
+    one_batch = {
+        peer: dataclasses.replace(w, kwargs={**w.kwargs, "batches": [batches[largest]], "forced": [forced[largest]]})
+        for peer, w in workloads.items()
+    }
+    repeats, warmup = options.repetitions("decode")
+    return measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
+
+
 def _inputs(options: BenchOptions, log) -> tuple[Config, ModelSource, list[list[int]], str]:
     """The config, our model's source, and the source sentences' token ids."""
     n = options.max_sentences or (QUICK_SENTENCES if options.quick else 0)
     if options.checkpoint is not None:
-        from ..runner import load_run
-
         run = load_run(options.checkpoint, overrides=options.overrides)
         config = run.config
         source = ModelSource(config.model, run.tokenizer.vocab_size, str(options.checkpoint), options.overrides)

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import torch
 
-from .. import data
-from ..config import Config
-from ..errors import MhatrainError
-from ..tokens import EOS, right_padded
+from ..core.config import Config
+from ..core.errors import MhatrainError
+from ..data.batches import Batch, batch_indices, collate, pair_lengths
+from ..data.encode import encode_corpus
+from ..data.sources import load_split
+from ..data.tokenizer import Tokenizer, train_or_load_tokenizer
+from ..data.tokens import EOS, Encoded, right_padded
 from .options import QUICK_D_MODEL, BenchOptions
 
 # --quick: a 2+2-layer d64 model, a 1,000-token vocabulary and small batches
@@ -52,15 +55,15 @@ def _with_local_dir(config: Config, directory: Path) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(config.data, local_dir=str(directory)))
 
 
-def load_tokenizer(config: Config, directory: Path, log) -> data.Tokenizer:
+def load_tokenizer(config: Config, directory: Path, log) -> Tokenizer:
     """The config's joint SentencePiece model for this data (cached in data.cache_dir)."""
     config = _with_local_dir(config, directory)
-    return data.Tokenizer(data.train_or_load_tokenizer(config.data, log))
+    return Tokenizer(train_or_load_tokenizer(config.data, log))
 
 
 @dataclass
 class TrainInputs:
-    batches: list[data.Batch]
+    batches: list[Batch]
     vocab_size: int
     source: str  # where the batches came from, for the report
 
@@ -73,14 +76,14 @@ def training_batches(options: BenchOptions, config: Config, n_batches: int, log)
         vocab, source = config.data.vocab_size, "synthetic Multi30k-like lengths"
     else:
         tokenizer = load_tokenizer(config, directory, log)
-        corpus = data.load_split(_with_local_dir(config, directory).data, config.data.train_split)
-        encoded = data.encode_corpus(tokenizer, corpus, config.data.max_length)
+        corpus = load_split(_with_local_dir(config, directory).data, config.data.train_split)
+        encoded = encode_corpus(tokenizer, corpus, config.data.max_length)
         vocab, source = tokenizer.vocab_size, f"{corpus.name} (train split)"
-    order = data.batch_indices(data.pair_lengths(encoded), config.train.max_tokens, config.train.seed, 0)
-    return TrainInputs([data.collate(encoded, indices) for indices in order[:n_batches]], vocab, source)
+    order = batch_indices(pair_lengths(encoded), config.train.max_tokens, config.train.seed, 0)
+    return TrainInputs([collate(encoded, indices) for indices in order[:n_batches]], vocab, source)
 
 
-def synthetic_pairs(n: int, vocab_size: int, seed: int) -> data.Encoded:
+def synthetic_pairs(n: int, vocab_size: int, seed: int) -> Encoded:
     """Random token ids with Multi30k-like subword lengths: source ~ N(15, 5), target ≈ source + 2."""
     g = torch.Generator().manual_seed(seed)
     src_len = (torch.randn(n, generator=g) * 5 + 15).round().clamp(4, 40).long()
@@ -89,11 +92,11 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int) -> data.Encoded:
     def ids(length: int) -> list[int]:
         return torch.randint(4, vocab_size, (length,), generator=g).tolist()
 
-    return data.Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
+    return Encoded.from_lists([ids(int(s)) for s in src_len], [ids(int(t)) for t in tgt_len], list(range(n)))
 
 
 def test_sources(
-    options: BenchOptions, config: Config, tokenizer: data.Tokenizer | None, n: int, log
+    options: BenchOptions, config: Config, tokenizer: Tokenizer | None, n: int, log
 ) -> tuple[list[list[int]], str]:
     """Token ids of the test split (config's data.test_split, test_2016_flickr for Multi30k) or
     synthetic sources; at most `n` sentences (0 = all)."""
@@ -101,7 +104,7 @@ def test_sources(
     if directory is None or tokenizer is None:
         sources = synthetic_pairs(n or 1000, config.data.vocab_size, options.seed).src
         return sources, "synthetic Multi30k-like lengths"
-    corpus = data.load_split(_with_local_dir(config, directory).data, config.data.test_split)
+    corpus = load_split(_with_local_dir(config, directory).data, config.data.test_split)
     texts = corpus.src[:n] if n else corpus.src
     return tokenizer.encode(texts), f"{corpus.name} ({len(texts)} sentences)"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..runtime import autocast, set_threads
+from ..core.runtime import autocast, set_threads
 from .timing import Step, ready_step
 
 

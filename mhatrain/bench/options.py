@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import heads_divide
-from ..errors import MhatrainError
+from ..core.config import heads_divide, load_config
+from ..core.errors import MhatrainError
+from ..core.rundir import is_run_dir
+from .against import check_checkout
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
     import torch
@@ -50,8 +52,6 @@ class BenchOptions:
 
     def load_config(self):
         """The config file with the --set overrides (data paths are checked where they are used)."""
-        from ..config import load_config
-
         if self.config == DEFAULT_CONFIG and not DEFAULT_CONFIG.is_file():
             raise MhatrainError(
                 f"no --config given, and {DEFAULT_CONFIG} (a source checkout's) is not in {Path.cwd()}: "
@@ -78,8 +78,6 @@ def check_heads(heads: tuple[int, ...], d_model: int) -> None:
 
 def check_options(names: list[str], options: BenchOptions, heads_given: bool) -> None:
     """Fail in one line, before anything is measured, on options that cannot work."""
-    from ..checkpoint import is_run_dir
-
     if heads_given and "attention" not in names:
         raise MhatrainError("--heads applies to `mhatrain bench attention` only")
     if options.checkpoint is not None:
@@ -90,14 +88,12 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
     if options.against is not None:
         if names not in (["train"], ["decode"]):
             raise MhatrainError("--against applies to one bench, `mhatrain bench train` or `mhatrain bench decode`")
-        from .against import check_checkout
-
         check_checkout(options.against)
     config = options.load_config()
     if "attention" in names:
         check_heads(options.heads, QUICK_D_MODEL if options.quick else config.model.d_model)
     needs_transformers = [n for n in names if n in ("decode", "train") and options.against is None]
     if needs_transformers:
-        from .peers import require_transformers
+        from .peers import require_transformers  # imports torch: only once the options are known good
 
         require_transformers(f"bench {' and '.join(needs_transformers)}")

@@ -9,7 +9,7 @@
 * `MarianSeq2Seq`: Hugging Face `MarianMTModel` configured to the same dimensions.
 
 Every peer that stands in for our model has `forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`,
-the signature of `mhatrain.model.Transformer`, so one training step serves all of them.
+the signature of `mhatrain.model.transformer.Transformer`, so one training step serves all of them.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import warnings
 import torch
 from torch import nn
 
-from ..attention import MultiHeadAttention
-from ..config import ModelConfig
-from ..errors import MhatrainError
-from ..model import Transformer, sinusoidal_positions
-from ..tokens import BOS, EOS, PAD
+from ..core.config import ModelConfig
+from ..core.errors import MhatrainError
+from ..data.tokens import BOS, EOS, PAD
+from ..model.attention import MultiHeadAttention
+from ..model.transformer import Transformer, sinusoidal_positions
 
 # ----------------------------------------------------------------------------- attention peers
 

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from rich.table import Table
 
+from ..core.files import atomic_write_text
 from .timing import Summary
 
 OURS = "ours"
@@ -193,7 +195,6 @@ def _cells(result: BenchResult, row: Row) -> list[str]:
 
 
 def print_result(result: BenchResult, console) -> None:
-    from rich.table import Table
 
     table = Table(title=f"mhatrain bench {result.bench}")
     for name in _columns(result):
@@ -255,8 +256,6 @@ def markdown(results: list[BenchResult], machine: dict) -> str:
 def write_outputs(
     results: list[BenchResult], machine: dict, json_path: Path | None, markdown_path: Path | None
 ) -> None:
-    from ..io import atomic_write_text
-
     if json_path is not None:
         payload = {"machine": machine, "benches": [r.to_dict() for r in results]}
         atomic_write_text(Path(json_path), json.dumps(payload, indent=2) + "\n")

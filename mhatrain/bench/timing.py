@@ -4,6 +4,9 @@ Peers are timed in one process and one run, a sample of each in turn, and the or
 round (A B C, B C A, C A B, ...). A slow phase of the machine (another job, a frequency change)
 then lands on every peer alike instead of on whichever was measured last; medians and quartiles
 ignore the odd outlier. On CUDA the device is synchronised before and after each sample.
+
+The peak (matmul_peak) is the best FLOP/s of an n×n×n matmul (2 n³ FLOPs) in each dtype over a few
+repetitions, measured in the same run on the same device and threads as the peers.
 """
 
 from __future__ import annotations
@@ -86,3 +89,20 @@ def ready_step(build: Callable[[bool], Step], compile: bool) -> tuple[Step, str]
     step = build(False)
     step()
     return step, note
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> float:
+    """Measured FLOP/s of an n×n @ n×n matmul in `dtype`: the best of `repeats`, after 2 warm-ups
+    (a peak is what the hardware can do; the peers' FLOP/s use their medians)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    times = []
+    for i in range(repeats + 2):
+        synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        synchronize(device)
+        if i >= 2:
+            times.append(time.perf_counter() - started)
+    return 2 * n**3 / min(times)

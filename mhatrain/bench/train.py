@@ -1,12 +1,12 @@
 """`mhatrain bench train`: target tokens/s of full training steps, and FLOP/s against the matmul peak.
 
 Peers, all of the config's dimensions (configs/multi30k.yaml by default), same batches, same step:
-  ours             mhatrain.model.build_model
+  ours             mhatrain.model.transformer.build_model
   nn.Transformer   torch.nn.Transformer + our embeddings, positions, dropout placement, tied output
                    (bench.peers.TorchTransformerSeq2Seq; checked: with our weights, our logits)
   MarianMT         Hugging Face MarianMTModel of the same dimensions (ReLU, tied embeddings;
                    post-LN: Marian has no pre-LN option; same FLOPs, different function)
-A step is what `mhatrain train` does per update, by the same function (mhatrain.step.optimizer_update):
+A step is what `mhatrain train` does per update, by the same function (mhatrain.training.step.optimizer_update):
 forward under autocast, label-smoothed loss, backward, gradient clipping (train.clip_norm), Adam step.
 A sample is `--batches` such steps on the same batches for every peer.
 With `--against CHECKOUT` the peers are ours and that checkout's step (an A/B of two versions of
@@ -19,23 +19,24 @@ import dataclasses
 
 import torch
 
-from .. import data
-from .. import step as update_step
-from ..config import Config, ModelConfig, TrainConfig
-from ..distributed import Group
-from ..errors import MhatrainError
-from ..model import build_model, count_parameters
-from ..runtime import loss_scaler
-from ..step import batch_loss
+from ..core.config import Config, ModelConfig, TrainConfig
+from ..core.distributed import Group
+from ..core.errors import MhatrainError
+from ..core.runtime import loss_scaler
+from ..data.batches import Batch, bucket_length
+from ..data.tokens import PAD
+from ..model.flops import training_flops
+from ..model.transformer import build_model, count_parameters
+from ..training import step as update_step
+from ..training.step import batch_loss
 from . import against as other
-from .flops import matmul_peak, training_flops
 from .inputs import bench_config, training_batches
 from .measure import measure_peers
 from .memory import Workload
 from .options import BenchOptions
 from .peers import MarianSeq2Seq, TorchTransformerSeq2Seq, require_transformers
 from .report import OURS, BenchResult, Check, Target
-from .timing import Step, Summary
+from .timing import Step, Summary, matmul_peak
 
 PEERS = (OURS, "nn.Transformer", "MarianMT")
 LR = 1e-4  # a fixed learning rate: the schedule does not change the cost of a step
@@ -69,14 +70,14 @@ def train_step(
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batches: list[data.Batch],
+    batches: list[Batch],
     precision: str,
     device,
     seed: int,
     compile: bool = False,
     against: str | None = None,
 ) -> Step:
-    """One sample: `mhatrain train`'s update (mhatrain.step.optimizer_update) on each batch in turn.
+    """One sample: `mhatrain train`'s update (mhatrain.training.step.optimizer_update) on each batch in turn.
 
     against: a checkout whose model and update the peer that is not ours uses."""
     device = torch.device(device)
@@ -84,15 +85,13 @@ def train_step(
     t = dataclasses.replace(train_cfg, precision=precision)
     if against is None or peer == OURS:
         return _updates(update_step, build_seq2seq(peer, model_cfg, vocab_size), t, batches, device, compile)
-    model = other.import_checkout(against, "model").build_model(model_cfg, vocab_size)
-    if other.has_module(against, "step"):
-        return _updates(other.import_checkout(against, "step"), model, t, batches, device, compile)
-    return _legacy_updates(other.import_checkout(against, "train"), model, t, batches, device, compile)
+    model = other.import_role(against, "model").build_model(model_cfg, vocab_size)
+    if other.role_module(against, "step"):
+        return _updates(other.import_role(against, "step"), model, t, batches, device, compile)
+    return _legacy_updates(other.import_role(against, "train"), model, t, batches, device, compile)
 
 
-def _updates(
-    step_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
-) -> Step:
+def _updates(step_module, model: torch.nn.Module, t: TrainConfig, batches: list[Batch], device, compile: bool) -> Step:
     """A step that runs `step_module.optimizer_update` (the trainer's) once per batch, in one process."""
     model = model.to(device).train()
     optimizer = step_module.make_optimizer(model.parameters(), t, LR)  # the trainer's, for every peer
@@ -100,7 +99,7 @@ def _updates(
     if compile and hasattr(step_module, "compile_model"):  # as train.compile: length buckets, one graph each
         forward_model = step_module.compile_model(model)
         limit = getattr(getattr(model, "cfg", None), "max_positions", 1 << 30)
-        batches = [b.padded_to(data.bucket_length(max(b.src.size(1), b.tgt_in.size(1)), limit)) for b in batches]
+        batches = [b.padded_to(bucket_length(max(b.src.size(1), b.tgt_in.size(1)), limit)) for b in batches]
     else:
         forward_model = torch.compile(model) if compile else model
     shares = [[(batch.to(device), 1)] for batch in batches]  # on the device already, as a prefetched batch
@@ -123,7 +122,7 @@ def _updates(
 
 
 def _legacy_updates(
-    train_module, model: torch.nn.Module, t: TrainConfig, batches: list[data.Batch], device, compile: bool
+    train_module, model: torch.nn.Module, t: TrainConfig, batches: list[Batch], device, compile: bool
 ) -> Step:
     """For a checkout from before step.py (e.g. 062a073), whose update cannot be called on its own: the
     update rebuilt from its train module's autocast, loss and optimiser, as its `_update` runs them."""
@@ -147,13 +146,13 @@ def _legacy_updates(
 
 
 @torch.no_grad()
-def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: data.Batch, device, seed: int) -> Check:
+def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: Batch, device, seed: int) -> Check:
     """nn.Transformer loaded with our weights gives our logits (fp32, eval, real target positions)."""
     torch.manual_seed(seed)
     ours = build_model(cfg, vocab_size).to(device).eval()
     peer = TorchTransformerSeq2Seq(cfg, vocab_size).to(device).eval().load_ours(ours)
     batch = batch.to(device)
-    real = batch.tgt_out != data.PAD
+    real = batch.tgt_out != PAD
     a, b = ours(batch.src, batch.tgt_in)[real], peer(batch.src, batch.tgt_in)[real]
     diff, scale = float((a - b).abs().max()), float(a.abs().max())
     tolerance = 1e-4 * max(1.0, scale)
@@ -168,17 +167,17 @@ def check_against(
     cfg: ModelConfig,
     train_cfg: TrainConfig,
     vocab_size: int,
-    batch: data.Batch,
+    batch: Batch,
     device,
     seed: int,
     against: str,
     name: str,
 ) -> Check:
     """The other checkout's model, loaded with our weights, gives our loss and gradients (fp32, no dropout)."""
-    their_loss = other.import_checkout(against, "step" if other.has_module(against, "step") else "train").batch_loss
+    their_loss = other.import_role(against, "step" if other.role_module(against, "step") else "train").batch_loss
     torch.manual_seed(seed)
     ours = build_model(cfg, vocab_size).to(device).eval()
-    theirs = other.import_checkout(against, "model").build_model(cfg, vocab_size).to(device).eval()
+    theirs = other.import_role(against, "model").build_model(cfg, vocab_size).to(device).eval()
     theirs.load_state_dict(ours.state_dict())
     batch = batch.to(device)
     results = []
@@ -220,28 +219,46 @@ def measure_peaks(device: torch.device, quick: bool) -> dict[str, float]:
 
 
 def run(options: BenchOptions, log) -> BenchResult:
+    """Time every peer's training step on the same batches, in each precision, against the matmul peak."""
     against = str(options.against) if options.against is not None else None
     peers = (OURS, other.label(options.against)) if against is not None else PEERS
     if "MarianMT" in peers:
         require_transformers("bench train (its MarianMT peer)")
     config: Config = bench_config(options)
-    device = options.device
     precisions = options.precisions or ("fp32", "bf16")
-    repeats, warmup = options.repetitions("train")
-    n_batches = options.batches or BATCHES[options.quick]
-    inputs = training_batches(options, config, n_batches, log)
-    vocab = inputs.vocab_size
+    inputs = training_batches(options, config, options.batches or BATCHES[options.quick], log)
     tokens = sum(b.n_tgt_tokens for b in inputs.batches)
-    flops = sum(training_flops(config.model, vocab, b) for b in inputs.batches)
-    peaks = measure_peaks(device, options.quick)
+    flops = sum(training_flops(config.model, inputs.vocab_size, b) for b in inputs.batches)
+    peaks = measure_peaks(options.device, options.quick)
+    result = _new_result(options, config, inputs, precisions, tokens, flops, peaks)
+    sizes = f"n={peaks['n_fp32']}" + ("" if peaks["n_bf16"] == peaks["n_fp32"] else f", bf16 n={peaks['n_bf16']}")
+    log(
+        f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
+        f"({sizes}); {flops / tokens / 1e6:.1f} MFLOP per target token"
+    )
+    _check_peers(result, options, config, inputs, against, peers)
+    for precision in precisions:
+        log(f"bench train: {precision}")
+        _measure_case(result, options, config, inputs, precision, peers, against, tokens, flops, peaks)
+    result.notes.append(
+        "FLOP/s = model FLOPs of the sample's batches (see docs/performance.md) / median time; "
+        "shares are of the matmul peak measured in this run"
+    )
+    result.judge()
+    return result
+
+
+def _new_result(options: BenchOptions, config: Config, inputs, precisions, tokens: int, flops: int, peaks: dict):
+    """The bench's result with its settings: the model, the batches, the peaks, how it was measured."""
     m = config.model
-    result = BenchResult(
+    repeats, warmup = options.repetitions("train")
+    return BenchResult(
         "train",
         {
             "config": str(options.config),
             "quick": options.quick,
             "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, d_ff {m.d_ff}, "
-            f"{m.n_heads} heads, {m.norm}-LN, vocab {vocab}",
+            f"{m.n_heads} heads, {m.norm}-LN, vocab {inputs.vocab_size}",
             "batches": f"{len(inputs.batches)} × ≤{config.train.max_tokens} tokens from {inputs.source}",
             "target_tokens_per_sample": tokens,
             "model_flops_per_target_token": round(flops / tokens),
@@ -253,7 +270,7 @@ def run(options: BenchOptions, log) -> BenchResult:
             "repeats": repeats,
             "warmup": warmup,
             "compile": options.compile,
-            "device": str(device),
+            "device": str(options.device),
         },
         extra_columns=(
             ("gflops", "GFLOP/s", ",.1f"),
@@ -261,63 +278,61 @@ def run(options: BenchOptions, log) -> BenchResult:
             ("fp32_peak_share", "% fp32 peak", ".1%"),
         ),
     )
-    sizes = f"n={peaks['n_fp32']}" + ("" if peaks["n_bf16"] == peaks["n_fp32"] else f", bf16 n={peaks['n_bf16']}")
-    log(
-        f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "
-        f"({sizes}); {flops / tokens / 1e6:.1f} MFLOP per target token"
-    )
+
+
+def _check_peers(result: BenchResult, options: BenchOptions, config: Config, inputs, against, peers) -> None:
+    """Before timing: the peers compute what ours computes (the other checkout, or nn.Transformer)."""
+    vocab, batch = inputs.vocab_size, inputs.batches[0]
     if against is not None:
         result.settings["against"] = against
         result.checks.append(
-            check_against(config.model, config.train, vocab, inputs.batches[0], device, options.seed, against, peers[1])
+            check_against(config.model, config.train, vocab, batch, options.device, options.seed, against, peers[1])
         )
     else:
-        result.checks.append(check_torch_transformer(config.model, vocab, inputs.batches[0], device, options.seed))
+        result.checks.append(check_torch_transformer(config.model, vocab, batch, options.device, options.seed))
         _describe_peers(result, config.model, vocab)
-    for precision in precisions:
-        case = precision
-        log(f"bench train: {case}")
-        workloads = {
-            peer: Workload(
-                __name__,
-                "train_step",
-                dict(
-                    peer=peer,
-                    model_cfg=config.model,
-                    train_cfg=config.train,
-                    vocab_size=vocab,
-                    batches=inputs.batches,
-                    precision=precision,
-                    device=str(device),
-                    seed=options.seed,
-                    against=against,
-                ),
-                imports=("transformers",) if peer == "MarianMT" else (),
-            )
-            for peer in peers
-        }
-        measured = measure_peers(workloads, options, repeats, warmup)
-        result.notes += [f"{case} {problem}" for problem in measured.problems]
-        metrics = {}
-        for peer, peer_samples in measured.samples.items():
-            achieved = flops / Summary.of(peer_samples).median
-            metrics[peer] = {"gflops": achieved / 1e9, **peak_shares(achieved, peaks, precision)}
-        result.add_case(case, measured.samples, tokens, "tokens/s", measured.memory, measured.notes, metrics)
-        if against is not None:
-            result.targets.append(Target(case, peers[1], "ratio", AGAINST_SPEEDUP, f"ours ≥ {AGAINST_SPEEDUP}×"))
-        else:
-            result.targets += [
-                Target(case, "nn.Transformer", "ratio", 1.3, "ours ≥ 1.3×"),
-                Target(case, "MarianMT", "ratio", 1.5, "ours ≥ 1.5×"),
-            ]
-        if precision == "bf16":
-            result.targets.append(Target(case, OURS, "bf16_peak_share", 0.45, "≥ 45% bf16 peak"))
-    result.notes.append(
-        "FLOP/s = model FLOPs of the sample's batches (see docs/performance.md) / median time; "
-        "shares are of the matmul peak measured in this run"
-    )
-    result.judge()
-    return result
+
+
+def _measure_case(
+    result: BenchResult, options, config: Config, inputs, precision: str, peers, against, tokens, flops, peaks
+) -> None:
+    """One precision: every peer timed alternately, its FLOP/s and peak shares, and the case's targets."""
+    workloads = {
+        peer: Workload(
+            __name__,
+            "train_step",
+            dict(
+                peer=peer,
+                model_cfg=config.model,
+                train_cfg=config.train,
+                vocab_size=inputs.vocab_size,
+                batches=inputs.batches,
+                precision=precision,
+                device=str(options.device),
+                seed=options.seed,
+                against=against,
+            ),
+            imports=("transformers",) if peer == "MarianMT" else (),
+        )
+        for peer in peers
+    }
+    repeats, warmup = options.repetitions("train")
+    measured = measure_peers(workloads, options, repeats, warmup)
+    result.notes += [f"{precision} {problem}" for problem in measured.problems]
+    metrics = {}
+    for peer, peer_samples in measured.samples.items():
+        achieved = flops / Summary.of(peer_samples).median
+        metrics[peer] = {"gflops": achieved / 1e9, **peak_shares(achieved, peaks, precision)}
+    result.add_case(precision, measured.samples, tokens, "tokens/s", measured.memory, measured.notes, metrics)
+    if against is not None:
+        result.targets.append(Target(precision, peers[1], "ratio", AGAINST_SPEEDUP, f"ours ≥ {AGAINST_SPEEDUP}×"))
+    else:
+        result.targets += [
+            Target(precision, "nn.Transformer", "ratio", 1.3, "ours ≥ 1.3×"),
+            Target(precision, "MarianMT", "ratio", 1.5, "ours ≥ 1.5×"),
+        ]
+    if precision == "bf16":
+        result.targets.append(Target(precision, OURS, "bf16_peak_share", 0.45, "≥ 45% bf16 peak"))
 
 
 def _describe_peers(result: BenchResult, cfg: ModelConfig, vocab: int) -> None:

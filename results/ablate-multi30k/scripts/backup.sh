@@ -15,5 +15,5 @@ mkdir -p $D/logs && cp $T/s/logs/*.log $D/logs/
 cp $T/s/study.yaml $T/s/base-config.yaml $T/s/provenance.json $D/
 rm -rf $T
 # the lanes' /usr/bin/time lines (wall, user, sys per command), portable, so the grid's CPU time survives
-.venv/bin/python -c "import sys; from pathlib import Path; from mhatrain.io import portable_text; \
+.venv/bin/python -c "import sys; from pathlib import Path; from mhatrain.core.files import portable_text; \
 print(portable_text(Path(sys.argv[1]).read_text(), Path.cwd()), end='')" runs/grid5-time.log > $D/logs/cpu-time.log

@@ -1,0 +1,322 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (§3).
+
+Shape legend: B batch · S source length · T target length · D d_model · V vocabulary.
+Masks are boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.config import ModelConfig
+from ..data.tokens import PAD
+from .attention import KVCache, Mask, MultiHeadAttention
+from .dropout import Dropout
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...): [n_positions, D]."""
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table
+
+
+def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token."""
+    return (tokens != PAD)[:, None, None, :]
+
+
+def causal_mask(length: int, device=None) -> torch.Tensor:
+    """[1, 1, T, T]: position t may attend to positions ≤ t."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def self_attention_mask(offset: int, length: int, device=None, padding: torch.Tensor | None = None) -> Mask | None:
+    """The decoder's self-attention mask for `length` new positions after `offset` cached ones.
+
+    Without a cache, causal alone: targets are right-padded, so the keys a real position sees
+    (itself and those before it) are all real, and padded positions are left out of the loss;
+    no padding mask is needed, and the fused kernel can use its causal mode. `padding`
+    ([B, 1, 1, T], True = real) also hides padded keys from padded queries, whose attention maps
+    are then clean (the maps returned for analysis). One new position may see everything cached;
+    several see the cached ones and each other causally.
+    """
+    if offset == 0:
+        return Mask(padding, causal=True)
+    if length == 1:
+        return None
+    return Mask(causal_mask(offset + length, device)[:, :, offset:, :])
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (the paper has no dropout inside the FFN)"""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class Residual(nn.Module):
+    """x + Dropout(Sublayer(x)) with LayerNorm after (post, the paper) or before (pre) the sublayer.
+
+    Used in two steps, `h = res.enter(x)`, then `res(x, sublayer(h))`: no per-call closures, which
+    torch.compile would guard on and recompile for.
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
+
+    def enter(self, x):
+        """The sublayer's input: LayerNorm(x) (pre) or x (post)."""
+        return self.norm(x) if self.pre_norm else x
+
+    def forward(self, x, out):
+        """x with the sublayer's output `out` added back."""
+        if self.pre_norm:
+            return x + self.dropout(out)
+        return self.norm(x + self.dropout(out))
+
+
+class EncoderLayer(nn.Module):
+    """One of the encoder's N identical layers (§3.1): multi-head self-attention over the source, then
+    the position-wise feed-forward network (§3.3), each in a residual connection with dropout and
+    LayerNorm (post-norm as in the paper, or pre-norm: model.norm).
+
+    forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x, src_mask, need_weights=False, head_gate=None):
+        h = self.res_attn.enter(x)
+        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
+        x = self.res_attn(x, out)
+        x = self.res_ffn(x, self.ffn(self.res_ffn.enter(x)))
+        return x, probs
+
+
+@dataclass
+class LayerCache:
+    self_attn: KVCache
+    cross_attn: KVCache
+
+    @classmethod
+    def empty(cls, beam: int = 1) -> LayerCache:
+        return cls(KVCache(), KVCache(static=True, group=beam))
+
+
+class DecoderLayer(nn.Module):
+    """One of the decoder's N identical layers (§3.1): masked (causal) self-attention over the target
+    so far, encoder-decoder attention over the encoder output (`memory`), then the position-wise
+    feed-forward network, each in a residual connection with dropout and LayerNorm.
+
+    forward: y [B, T, D], memory [B, S, D] → (y [B, T, D], self-attention probabilities
+    [B, H, T, T] or None, cross-attention probabilities [B, H, T, S] or None). With a LayerCache,
+    y holds only the new positions and earlier keys/values come from the cache.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(
+        self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False, gates=(None, None)
+    ):
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
+        h = self.res_self.enter(y)
+        out, self_probs = self.self_attn(
+            h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0]
+        )
+        y = self.res_self(y, out)
+        h = self.res_cross.enter(y)
+        out, cross_probs = self.cross_attn(
+            h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1]
+        )
+        y = self.res_cross(y, out)
+        y = self.res_ffn(y, self.ffn(self.res_ffn.enter(y)))
+        return y, self_probs, cross_probs
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer key/value caches for incremental decoding, plus the encoder side it belongs to.
+
+    The decoder runs `beam` rows per sentence (a sentence's beams next to each other); the encoder
+    side (memory, src_mask, cross-attention keys/values) keeps one row per sentence.
+    """
+
+    layers: list[LayerCache]
+    memory: torch.Tensor  # [B, S, D]
+    src_mask: torch.Tensor  # [B, 1, 1, S]
+    beam: int = 1
+    length: int = 0  # target positions decoded so far
+
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Keep decoder rows `rows`, in that order. The encoder side follows `sentences` (the
+        sentences still decoding) when given; with one row per sentence (beam 1) it follows `rows`."""
+        if sentences is None and self.beam == 1:
+            sentences = rows
+        for layer in self.layers:
+            layer.self_attn.reorder(rows)
+            if sentences is not None:
+                layer.cross_attn.reorder(sentences)
+        if sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.src_mask = self.src_mask.index_select(0, sentences)
+
+
+@dataclass
+class Attention:
+    """Per-layer attention probabilities, each [B, H, Tq, Tk] (filled when asked for)."""
+
+    enc_self: list[torch.Tensor] = field(default_factory=list)
+    dec_self: list[torch.Tensor] = field(default_factory=list)
+    cross: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class HeadGates:
+    """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep), or
+    [n_layers, B, H] for one gate per example of a batch."""
+
+    enc_self: torch.Tensor | None = None
+    dec_self: torch.Tensor | None = None
+    cross: torch.Tensor | None = None
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer (§3, Figure 1): shared token embeddings scaled by sqrt(D) plus
+    sinusoidal positions (§3.4, §3.5), a stack of EncoderLayers, a stack of DecoderLayers, and the
+    output projection to the vocabulary (tied to the embeddings when model.tie_embeddings).
+
+    encode: src [B, S] → memory [B, S, D]; decode: tgt_in [B, T] → logits [B, T, V] (incrementally,
+    with a DecoderCache); forward = both, teacher-forced, for training.
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD)
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
+        self.embed_dropout = Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        # Pre-norm stacks need a final LayerNorm; post-norm outputs are already normalised.
+        pre = cfg.norm == "pre"
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_embeddings:
+            self.output.weight = self.embed.weight
+
+    def _init_weights(self):
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "norm" not in name:
+                nn.init.xavier_uniform_(p)
+        # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
+        nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+        with torch.no_grad():
+            self.embed.weight[PAD].zero_()
+
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """[B, T] → [B, T, D]: embedding · sqrt(D) + position encoding, then dropout."""
+        T = tokens.size(1)
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + T]
+        return self.embed_dropout(x)
+
+    def encode(
+        self, src: torch.Tensor, attention: Attention | None = None, gates: HeadGates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
+        src_mask = padding_mask(src)
+        mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
+        x = self._embed(src)
+        for i, layer in enumerate(self.encoder):
+            gate = gates.enc_self[i] if gates is not None and gates.enc_self is not None else None
+            x, probs = layer(x, mask, need_weights=attention is not None, head_gate=gate)
+            if attention is not None:
+                attention.enc_self.append(probs)
+        return self.enc_norm(x), src_mask
+
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: DecoderCache | None = None,
+        attention: Attention | None = None,
+        gates: HeadGates | None = None,
+    ) -> torch.Tensor:
+        """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
+
+        With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
+        """
+        offset = cache.length if cache is not None else 0
+        T = tgt_in.size(1)
+        padding = padding_mask(tgt_in) if attention is not None and cache is None else None
+        tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
+        y = self._embed(tgt_in, offset)
+        for i, layer in enumerate(self.decoder):
+            layer_gates = (
+                gates.dec_self[i] if gates is not None and gates.dec_self is not None else None,
+                gates.cross[i] if gates is not None and gates.cross is not None else None,
+            )
+            y, self_probs, cross_probs = layer(
+                y,
+                memory,
+                tgt_mask,
+                cross_mask,
+                cache.layers[i] if cache is not None else None,
+                need_weights=attention is not None,
+                gates=layer_gates,
+            )
+            if attention is not None:
+                attention.dec_self.append(self_probs)
+                attention.cross.append(cross_probs)
+        if cache is not None:
+            cache.length += T
+        return self.output(self.dec_norm(y))
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits [B, T, V] for training."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
+
+    def new_cache(self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1) -> DecoderCache:
+        """An empty cache for decoding `beam` rows per sentence of `memory` (see DecoderCache)."""
+        return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam)
+
+
+def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:
+    return Transformer(cfg, vocab_size)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())

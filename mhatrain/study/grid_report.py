@@ -1,0 +1,169 @@
+"""The report of one heads × seeds grid: build_report puts the steps together into one dict (the run
+records, the tests against h=8, the rows per h, the claims, BLEU by length, notes), and write writes it
+next to the runs:
+    report.md          markdown.py
+    report.csv         one row per h (csv_tables.py)
+    report-runs.csv    one row per run (csv_tables.py)
+    report.json        everything
+    report.png         the measures against h, beside the paper's (figures.py)
+    report-lengths.csv test BLEU by source length (lengths.py)
+    curves.png         learning curves, mean over seeds per h (curves.py)
+A study varied over other settings has one such grid per cell (regimes.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..core import provenance
+from ..core.files import atomic_write_json, atomic_write_text
+from ..core.rundir import read_eval
+from .by_heads import rows_by_heads
+from .claims import PAPER_SOURCE, PAPER_TABLE_3A, claims
+from .comparison import BASELINE_HEADS, compare_heads
+from .csv_tables import to_csv
+from .curves import group_by_heads, learning_curves_plot, read_curve, study_runs
+from .figures import head_count_plot
+from .lengths import length_analysis
+from .lengths import write_csv as write_lengths_csv
+from .markdown import to_markdown
+from .record import EVAL_SPLITS, code_name, differing_settings
+from .run_records import MEASURE, RunRecord, gather
+from .significance import BOOTSTRAP_SAMPLES
+
+
+def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    """Everything the report says about the study in `study_dir` (finished or not): report.json."""
+    study_dir = Path(study_dir)
+    grid, runs = gather(study_dir)
+    tests, notes = compare_heads(study_dir, runs, n_samples)
+    by_heads = rows_by_heads(study_dir, grid, runs, tests)
+    compared = provenance.compare(
+        {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
+    )
+    notes += _grid_notes(grid, runs)
+    notes += provenance.difference_notes(compared)
+    notes += _settings_notes(study_dir, runs)
+    return {
+        "study_dir": study_dir.name,
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "grid": grid,
+        "baseline_heads": BASELINE_HEADS,
+        "runs_done": sum(r.status == "done" for r in runs),
+        "runs_total": len(runs),
+        "runs": [asdict(r) for r in runs],
+        "by_heads": by_heads,
+        "significance": tests,
+        "measure": MEASURE,
+        "claims": claims(by_heads, tests),
+        "paper": {"source": PAPER_SOURCE, "table": {str(h): v for h, v in PAPER_TABLE_3A.items()}},
+        "bleu_signatures": sorted({r.bleu_signature for r in runs if r.bleu_signature}),
+        "notes": notes,
+        "provenance": compared,
+        "lengths": length_analysis(study_dir, runs, BASELINE_HEADS),  # test BLEU by source length: lengths.py
+    }
+
+
+def _grid_notes(grid: dict, runs: list[RunRecord]) -> list[str]:
+    """Warnings about the grid: no finished h=8 run, parameter counts that differ, several code versions."""
+    notes = []
+    if not any(r.heads == BASELINE_HEADS and r.status == "done" for r in runs):
+        notes.append(
+            f"no finished h={BASELINE_HEADS} run: differences to h={BASELINE_HEADS} and significance tests "
+            f"need one" + ("" if BASELINE_HEADS in grid["heads"] else f" (add {BASELINE_HEADS} to --heads)")
+        )
+    parameters = {r.parameters for r in runs if r.parameters is not None}
+    if len(parameters) > 1:
+        notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
+    code = grid.get("code") or []
+    if len(code) > 1:
+        where = "the runs' provenance" if grid.get("code_from_runs") else "study.yaml"
+        notes.append(f"{len(code)} code versions ran this study ({where}): " + ", ".join(code_name(c) for c in code))
+    return notes
+
+
+def _settings_notes(study_dir: Path, runs: list[RunRecord]) -> list[str]:
+    """A note per config key whose value differs between the points of the study."""
+    notes = []
+    for key, seen in differing_settings(study_dir, [r.run_dir for r in runs]).items():
+        shown = "; ".join(f"{value} ({_point_names(points)})" for value, points in seen.items())
+        notes.append(f"points of this study differ in their config's {key}: {shown}")
+    return notes
+
+
+def _point_names(points: list[str]) -> str:
+    return ", ".join(points) if len(points) <= 4 else f"{len(points)} points"
+
+
+def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
+    """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
+    evals = [read_eval(run_dir, split, beam) or {} for split in EVAL_SPLITS]
+    return [
+        *provenance.read_sessions(run_dir),
+        *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict)),
+    ]
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def write(report: dict, study_dir: Path) -> list[Path]:
+    """Write the report's files into `study_dir` (see the module docstring); returns their paths."""
+    study_dir = Path(study_dir)
+    per_h, per_run = to_csv(report)
+    paths = [study_dir / name for name in ("report.md", "report.csv", "report-runs.csv", "report.json", "report.png")]
+    atomic_write_text(paths[0], to_markdown(report))
+    atomic_write_text(paths[1], per_h)
+    atomic_write_text(paths[2], per_run)
+    atomic_write_json(paths[3], report)
+    plot(report, paths[4])
+    paths += write_lengths_csv(report.get("lengths"), study_dir)
+    curves = _study_curves(study_dir)
+    return paths + ([curves] if curves else [])
+
+
+def plot(report: dict, path: Path) -> None:
+    """report.png: test BLEU and validation perplexity against h, each seed a point, beside the paper's."""
+    runs = [r for r in report["runs"] if r["status"] == "done"]
+
+    def ours(metric: str) -> dict[int, list[float]]:
+        values: dict[int, list[float]] = {}
+        for run in runs:
+            if run[metric] is not None:
+                values.setdefault(run["heads"], []).append(run[metric])
+        return values
+
+    panels = [
+        {
+            "label": "test BLEU",
+            "ours": ours("test_bleu"),
+            "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()},
+            "paper_label": "paper, Table 3 (A): BLEU on newstest2013",
+        },
+        {
+            "label": "validation perplexity",
+            "ours": ours("valid_ppl"),
+            "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()},
+            "paper_label": "paper, Table 3 (A): perplexity on newstest2013",
+        },
+    ]
+    head_count_plot(
+        panels,
+        path,
+        f"Head count (d_k = d_model / h): {report['study_dir']} — {report['runs_done']}/{report['runs_total']} runs",
+        BASELINE_HEADS,
+    )
+
+
+def _study_curves(study_dir: Path) -> Path | None:
+    """curves.png of the study (mean over seeds per h), once any run has validated."""
+    curves = [c for c in (read_curve(d) for d in study_runs(study_dir)) if c.valid_steps]
+    if not curves:
+        return None
+    path = study_dir / "curves.png"
+    learning_curves_plot(
+        group_by_heads(curves), curves, path, f"Learning curves: {study_dir.name}, mean over seeds per h"
+    )
+    return path

@@ -1,0 +1,83 @@
+"""A head-count study's report on the console: in a terminal, the compact table of the six columns that
+tell the h apart; in a log file or a pipe, the full table; then the claims, the conclusion and notes.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core import provenance
+from .comparison import BASELINE_HEADS
+from .heads_table import COMPACT_HEADERS, SHORT_HEADERS, compact_cells, row_cells, status_line
+from .tables import signed
+
+COMPACT_LEGEND = (
+    f"Δ: test BLEU of h minus h={BASELINE_HEADS} as the test estimates it, over the runs that meet the "
+    f"study's checkpoint measure; adjusted p: two-sided, against h={BASELINE_HEADS} over seeds and test "
+    f"sentences, adjusted over the h compared; verdict: what that test allows. The full table "
+    f"(perplexity, chrF, every test, the paper's Table 3 A): report.md."
+)
+FULL_LEGEND = (
+    "Δ: h minus h=8 as the test estimates it, over the runs that meet the checkpoint measure; Δ 95% and p: "
+    "two-sided h × seed-block test against h=8 "
+    "(seed and test-sentence noise); Holm: adjusted over the h compared; paper: Table 3 (A), "
+    "newstest2013 dev (another data set and model size: compare shapes)."
+)
+LOG_WIDTH = 250  # a log file or a pipe has no width to respect: the full table, unwrapped
+
+
+def show(report: dict, console: Console) -> None:
+    """The report on the console: in a terminal, a table of the six columns that tell the h apart (any
+    width keeps every h visible); in a log file or a pipe, which have no width to respect, the full table."""
+    compact = console.is_terminal
+
+    def say(text: str) -> None:  # in a terminal, prose wraps between words at the terminal's width
+        console.print(text, highlight=False, soft_wrap=not compact)
+
+    table = _heads_table(report, compact)
+    if compact:
+        console.print(table)
+        say(COMPACT_LEGEND)
+    else:
+        wide = Console(file=io.StringIO(), width=LOG_WIDTH, color_system=None)
+        wide.print(table)
+        console.out("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), highlight=False)
+        say(FULL_LEGEND)
+    say(_claims_line(report["claims"]))
+    say(report["claims"]["conclusion"])
+    say(provenance.summary_line(report["provenance"]))
+    for note in report["notes"]:
+        say(f"note: {note}")
+
+
+def _heads_table(report: dict, compact: bool) -> Table:
+    """One row per h, h=8's in bold: the compact columns or the full ones (heads_table.py)."""
+    headers, cells = (COMPACT_HEADERS, compact_cells) if compact else (SHORT_HEADERS, row_cells)
+    table = Table(title=f"Head-count study: {report['study_dir']} — {status_line(report)}", title_justify="left")
+    for header in headers:
+        table.add_column(
+            header,
+            justify="left" if header in ("h", "verdict") else "right",
+            no_wrap=header != "verdict",
+            min_width=len(header) if header != "verdict" else None,
+        )
+    for row in report["by_heads"]:
+        table.add_row(*cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
+    return table
+
+
+def _claims_line(claims: dict) -> str:
+    """h=8 − h=1 by the article, the paper and this study, on one line."""
+    ours = claims["ours"]
+    ours_text = (
+        f"ours {signed(ours['test_bleu'])} test BLEU, {signed(ours['valid_bleu'])} validation BLEU"
+        if ours
+        else "ours: needs finished h=1 and h=8 runs"
+    )
+    return (
+        f"h=8 − h=1: article claims {signed(claims['article']['h8_minus_h1_bleu'], 1)} BLEU, "
+        f"paper {signed(claims['paper']['h8_minus_h1_bleu'], 1)} (dev), {ours_text}"
+    )

@@ -1,0 +1,80 @@
+"""The package's layers: every module imports only from its own layer and earlier ones (LAYERS in
+mhatrain/__init__.py), and no import cycle exists, counting imports inside functions too.
+scripts/import_graph.py reads the graph with ast; these tests run it on the package and on copies
+with a planted fault, so a check that could not fail would show."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mhatrain"
+
+
+def _import_graph():
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+G = _import_graph()
+
+
+def test_no_module_imports_from_a_later_layer():
+    assert G.read_graph(PACKAGE).back_imports() == []
+
+
+def test_no_import_cycle():
+    assert G.cycles(G.read_graph(PACKAGE)) == []
+
+
+def test_every_module_belongs_to_a_layer_and_every_layer_says_what_it_owns():
+    graph = G.read_graph(PACKAGE)
+    for node in graph.files:
+        graph.layer(node)  # ValueError for a module outside LAYERS (a new top-level module, say)
+    for layer in graph.layers:
+        path = PACKAGE / layer / "__init__.py"
+        if path.is_file():  # a layer is a subpackage, or one module (cli.py)
+            assert ast.get_docstring(ast.parse(path.read_text())), f"{layer}/__init__.py: no docstring"
+        else:
+            assert (PACKAGE / f"{layer}.py").is_file(), layer
+
+
+def _copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "mhatrain"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _plant(path: Path, line: str) -> None:
+    """Add an import inside a new function at the end of a module (imports in functions count too)."""
+    path.write_text(path.read_text() + f"\n\ndef _planted():\n    {line}\n")
+
+
+def test_a_planted_back_import_is_found(tmp_path, capsys):
+    copy = _copy(tmp_path)
+    _plant(copy / "core" / "config.py", "from ..study import record")
+    assert G.read_graph(copy).back_imports() == [("core.config", "study.record", "function")]
+    assert G.main([str(copy)]) == 1
+    assert "core.config -> study.record  (in a function)" in capsys.readouterr().out
+
+
+def test_a_planted_cycle_inside_one_layer_is_found(tmp_path):
+    """data.tokenizer imports data.sources; planting the reverse closes a cycle within the data layer,
+    which the layer order alone allows."""
+    copy = _copy(tmp_path)
+    _plant(copy / "data" / "sources.py", "from .tokenizer import Tokenizer")
+    graph = G.read_graph(copy)
+    assert graph.back_imports() == []
+    assert G.cycles(graph) == [["data.sources", "data.tokenizer"]]
+    assert G.main([str(copy)]) == 1
+
+
+def test_the_package_as_it_is_passes_the_script():
+    assert G.main([str(PACKAGE)]) == 0
