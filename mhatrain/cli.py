@@ -241,7 +241,8 @@ def ablate(
         None,
         "--vary",
         help="Also vary a config key, e.g. --vary model.norm=pre,post (repeatable): every combination of "
-        "the values is a cell with the whole heads × seeds grid, and `report` maps where extra heads help.",
+        "the values is a cell with the whole heads × seeds grid, and `report` maps where extra heads help. "
+        "Keys that change together are one factor: --vary model.d_model,model.d_ff=256:1024,512:2048.",
     ),
     out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
     set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),

@@ -147,10 +147,13 @@ def test_eval_with_another_alpha_gets_its_own_file(tiny_run, tmp_path):
 
 
 def start_cli(*args: str, cwd: Path = ROOT) -> subprocess.Popen:
-    """`python -m mhatrain ARGS` running in the background, its output unbuffered."""
+    """`python -m mhatrain ARGS` running in the background, its output unbuffered, with Ctrl-C's signal
+    handled as in a terminal even when the suite itself was started in the background (a shell without
+    job control starts background commands with SIGINT ignored, and Python keeps an inherited SIG_IGN)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "mhatrain", *args],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         cwd=cwd,
         text=True,
         stdout=subprocess.PIPE,

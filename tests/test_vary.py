@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from scipy import stats
 
 from mhatrain.core.config import load_config
+from mhatrain.core.errors import MhatrainError
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.comparison import verdict_of
-from mhatrain.study.record import Point, expand_grid, parse_cell, parse_point_name, point_dirs
+from mhatrain.study.record import Point, expand_grid, open_study, parse_cell, parse_point_name, point_dirs
 from mhatrain.study.regimes import interaction, point_cost
 
 from .conftest import TINY, TOY, assert_clean_error, run_cli
@@ -161,6 +163,26 @@ def test_dry_run_shows_the_cells_and_their_cost(tmp_path, spm_cache):
     assert not any((out / cell / "h01-seed1" / "best.pt").exists() for cell in ("model.d_head=8", "model.d_head=32"))
 
 
+def test_a_linked_factor_sets_its_keys_together_in_each_cell(tmp_path):
+    """--vary K1,K2=A1:A2,B1:B2 makes one cell per level, not the 2 × 2 combinations of its keys."""
+    out = tmp_path / "study"
+    vary = "model.d_model,model.d_ff=32:64,48:96"
+    result = run_cli("ablate", str(TINY), "--vary", vary, "--heads", "1,8", "--out", str(out), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.strip().splitlines()
+    assert len(commands) == 4  # 2 cells × 2 h × 1 seed
+    pairs = {(setting(line, "model.d_model"), setting(line, "model.d_ff")) for line in commands}
+    assert pairs == {("32", "64"), ("48", "96")}
+    assert "2 cells (model.d_model,model.d_ff ∈ {32:64, 48:96})" in result.stderr
+    assert "model.d_model=48,model.d_ff=96:" in result.stderr and "97,920 parameters" in result.stderr
+    assert parse_cell("model.d_model=48,model.d_ff=96") == (("model.d_model", "48"), ("model.d_ff", "96"))
+
+
+def setting(command: str, key: str) -> str:
+    """The value a printed grid command gives `key` with --set."""
+    return command.split(f"--set {key}=")[1].split()[0]
+
+
 def test_a_point_costs_what_its_model_has_when_d_head_is_set():
     for d_head, heads in ((None, 4), (32, 4), (32, 3)):
         settings = [f"model.n_heads={heads}", f"model.d_head={'null' if d_head is None else d_head}"]
@@ -185,22 +207,49 @@ def test_a_point_costs_what_its_model_has_when_d_head_is_set():
         ("train.seed=1,2", ["set per grid point by --seeds"]),
         ("model.norm=pre,pre", ["pre is given twice"]),
         ("data.local_dir=a/b", ["'a/b' is not a value"]),
+        ("model.d_model,model.d_ff=32:64,48", ["'48' has 1 value(s) for 2 keys"]),
+        ("model.d_model,model.nope=32:64", ["unknown key 'model.nope'"]),
+        ("model.norm=pre,post --vary model.norm,model.d_ff=pre:64", ["model.norm is varied twice"]),
         ("model.d_model=64,36", ["--heads: 8 does not divide model.d_model=36 in cell model.d_model=36"]),
     ],
 )
 def test_bad_vary_options_fail_in_one_line_before_anything_is_written(tmp_path, vary, fragments):
     out = tmp_path / "study"
-    result = run_cli("ablate", str(TINY), "--vary", vary, "--heads", "1,8", "--out", str(out))
+    options = [part for one in vary.split(" --vary ") for part in ("--vary", one)]
+    result = run_cli("ablate", str(TINY), *options, "--heads", "1,8", "--out", str(out))
     assert_clean_error(result, *fragments)
     assert not out.exists()
+
+
+def test_a_study_gains_cells_from_new_levels_of_its_factors(tmp_path):
+    """New values of the recorded keys add cells (the recorded ones first); other keys are refused."""
+    config = load_config(TINY)
+    out = tmp_path / "study"
+
+    def open_with(factors: dict[str, list[str]]):
+        points = expand_grid([1, 8], [1], factors)
+        return open_study(
+            out, config, TINY, [], [1, 8], [1], points, overwrite=False, console=Console(), factors=factors
+        )
+
+    open_with({"model.d_model,model.d_ff": ["32:64"]})
+    study = open_with({"model.d_model,model.d_ff": ["48:96", "32:64"]})
+    assert study.factors == {"model.d_model,model.d_ff": ["32:64", "48:96"]}
+    record = yaml.safe_load((out / "study.yaml").read_text())
+    assert record["factors"] == {"model.d_model,model.d_ff": ["32:64", "48:96"]}
+    config_48 = yaml.safe_load((out / "model.d_model=48,model.d_ff=96" / "h08-seed1" / "config.yaml").read_text())
+    assert (config_48["model"]["d_model"], config_48["model"]["d_ff"]) == (48, 96)
+    with pytest.raises(MhatrainError, match="vary the same keys"):
+        open_with({"model.d_model": ["32"]})
+    assert yaml.safe_load((out / "study.yaml").read_text())["factors"] == record["factors"]
 
 
 def test_a_study_refuses_other_factors(varied, spm_cache):
     out = varied["out"]
     before = files_of(out)
     for other, fragment in (
-        (["--vary", "model.norm=pre"], "with --vary model.norm=pre: give the same --vary options"),
-        ([], "without --vary: give the same --vary options"),
+        (["--vary", "model.d_head=8,16"], "with --vary model.d_head=8,16: vary the same keys"),
+        ([], "without --vary: vary the same keys"),
     ):
         command = ["ablate", str(TINY), *other, "--heads", "1,8", "--out", str(out), "--dry-run", *sets(spm_cache)]
         result = run_cli(*command)

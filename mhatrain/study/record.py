@@ -201,44 +201,75 @@ def expand_grid(heads: list[int], seeds: list[int], factors: dict[str, list[str]
 
 
 def grid_cells(factors: dict[str, list[str]]) -> list[Cell]:
-    """Every combination of the factors' values, in the order given (one empty cell without factors)."""
+    """Every combination of the factors' values, in the order given (one empty cell without factors).
+    A linked factor ("model.d_model,model.d_ff" → "512:2048", ...) sets its keys together, one part each."""
     keys = list(factors)
-    return [tuple(zip(keys, values)) for values in itertools.product(*(factors[key] for key in keys))]
+    return [
+        tuple(part for key, value in zip(keys, values) for part in factor_parts(key, value))
+        for values in itertools.product(*(factors[key] for key in keys))
+    ]
+
+
+def factor_parts(key: str, value: str) -> list[tuple[str, str]]:
+    """The (key, value) settings of one level of a factor: one for a single key, one per key when linked."""
+    keys = key.split(",")
+    return list(zip(keys, value.split(":"))) if len(keys) > 1 else [(key, value)]
 
 
 def check_factors(items: list[str], config: Config) -> dict[str, list[str]]:
     """`--vary KEY=V1,V2` options → key → values (as given): each key a config key other than those the
     grid sets itself or that only change how a run executes, given once; each value valid for it,
-    distinct, and usable in a folder name. A broken option is one MhatrainError line."""
+    distinct, and usable in a folder name. Keys that must change together are one linked factor,
+    `--vary K1,K2=A1:A2,B1:B2` (e.g. model.d_model,model.d_ff=256:1024,512:2048): its levels set every
+    key at once, and it is kept as "K1,K2" → ["A1:A2", "B1:B2"]. A broken option is one MhatrainError line."""
     factors: dict[str, list[str]] = {}
+    varied: set[str] = set()
     for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not text.strip() or key.count(".") != 1:
+        text, sep, levels_text = item.partition("=")
+        keys = [key.strip() for key in text.split(",")]
+        if not sep or not levels_text.strip() or any(key.count(".") != 1 for key in keys):
             raise MhatrainError(
-                f"--vary {item}: expected KEY=V1,V2,... with KEY a config key, e.g. --vary model.norm=pre,post"
+                f"--vary {item}: expected KEY=V1,V2,... with KEY a config key, e.g. --vary model.norm=pre,post "
+                f"(keys that change together: K1,K2=A1:A2,B1:B2)"
             )
-        if key in GRID_KEYS:
-            option = "--heads" if key == "model.n_heads" else "--seeds"
-            raise MhatrainError(f"--vary {item}: {key} is set per grid point by {option}; vary another key")
-        if key in EXECUTION_KEYS:
-            raise MhatrainError(f"--vary {item}: {key} changes how a run executes, not what it computes")
-        if key in factors:
-            raise MhatrainError(f"--vary {item}: {key} is varied twice; give all its values in one --vary")
-        values = [value.strip() for value in text.split(",")]
-        for value in values:
-            if not value or any(c in value for c in "/=") or any(c.isspace() for c in value):
+        for key in keys:
+            _check_factor_key(item, key, varied)
+            varied.add(key)
+        levels = [level.strip() for level in levels_text.split(",")]
+        for level in levels:
+            if levels.count(level) > 1:
+                raise MhatrainError(f"--vary {item}: {level} is given twice")
+            values = level.split(":") if len(keys) > 1 else [level]
+            if len(values) != len(keys):
                 raise MhatrainError(
-                    f"--vary {item}: {value!r} is not a value (no '/', '=' or spaces: it names a folder)"
+                    f"--vary {item}: {level!r} has {len(values)} value(s) for {len(keys)} keys: give one per key, "
+                    f"joined by ':'"
                 )
-            if values.count(value) > 1:
-                raise MhatrainError(f"--vary {item}: {value} is given twice")
-            try:
-                apply_override(copy.deepcopy(config), f"{key}={value}")
-            except ConfigError as exc:
-                raise MhatrainError(str(exc).replace(f"--set {key}={value}", f"--vary {item}", 1)) from None
-        factors[key] = values
+            for key, value in zip(keys, values):
+                _check_factor_value(item, config, key, value)
+        factors[",".join(keys)] = levels
     return factors
+
+
+def _check_factor_key(item: str, key: str, varied: set[str]) -> None:
+    if key in GRID_KEYS:
+        option = "--heads" if key == "model.n_heads" else "--seeds"
+        raise MhatrainError(f"--vary {item}: {key} is set per grid point by {option}; vary another key")
+    if key in EXECUTION_KEYS:
+        raise MhatrainError(f"--vary {item}: {key} changes how a run executes, not what it computes")
+    if key in varied:
+        raise MhatrainError(f"--vary {item}: {key} is varied twice; give all its values in one --vary")
+
+
+def _check_factor_value(item: str, config: Config, key: str, value: str) -> None:
+    if not value or any(c in value for c in "/=,:") or any(c.isspace() for c in value):
+        raise MhatrainError(
+            f"--vary {item}: {value!r} is not a value (no '/', '=', ',', ':' or spaces: it names a folder)"
+        )
+    try:
+        apply_override(copy.deepcopy(config), f"{key}={value}")
+    except ConfigError as exc:
+        raise MhatrainError(str(exc).replace(f"--set {key}={value}", f"--vary {item}", 1)) from None
 
 
 # ----------------------------------------------------------------------------- the study directory
@@ -384,10 +415,10 @@ def open_study(
     factors: dict[str, list[str]] | None = None,
 ) -> Study:
     """Create the study directory, or check that an existing one was made with the same config and the
-    same factors (--vary) and, once its points have started, by the same code (unless allow_code_change).
-    A study can grow: the head counts and seeds of this command join the recorded grid."""
-    factors = factors or {}
-    recorded = _recorded_study(study_dir, factors)
+    same factor keys (--vary) and, once its points have started, by the same code (unless allow_code_change).
+    A study can grow: the head counts, seeds and factor levels of this command join the recorded grid."""
+    recorded = _recorded_study(study_dir, factors or {})
+    factors = joined_factors(recorded.get("factors") or {} if recorded else {}, factors or {})
     if recorded is not None and _config_changed(study_dir, config, overwrite):
         _discard_study(study_dir, console)
         recorded = None
@@ -418,12 +449,17 @@ def _recorded_study(study_dir: Path, factors: dict[str, list[str]]) -> dict | No
         raise MhatrainError(
             f"{study_dir} is not empty and holds no study ({STUDY_FILE} is missing): choose another --out"
         )
-    if recorded is not None and (recorded.get("factors") or {}) != factors:
+    if recorded is not None and list(recorded.get("factors") or {}) != list(factors):
         raise MhatrainError(
             f"{study_dir} holds a study {_factors_text(recorded.get('factors') or {})}, and this command asks for "
-            f"one {_factors_text(factors)}: give the same --vary options, or use another --out"
+            f"one {_factors_text(factors)}: vary the same keys (new values add cells), or use another --out"
         )
     return recorded
+
+
+def joined_factors(recorded: dict[str, list[str]], given: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The factors of a study that gains levels: each key's recorded levels, then the new ones given."""
+    return {key: list(dict.fromkeys([*recorded.get(key, []), *levels])) for key, levels in given.items()}
 
 
 def _config_changed(study_dir: Path, config: Config, overwrite: bool) -> bool:
