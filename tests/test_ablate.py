@@ -28,6 +28,7 @@ from mhatrain.core.errors import MhatrainError
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.ablate import plan_slots, run_study
 from mhatrain.study.grid_report import build_report
+from mhatrain.study.markdown import to_markdown
 from mhatrain.study.record import (
     EVAL_SPLITS,
     Point,
@@ -257,6 +258,21 @@ def test_a_study_started_by_another_commit_is_refused_unless_allowed(tmp_path, s
     assert yaml.safe_load((out / "study.yaml").read_text())["code"] == [other, now]
     dry_run(out, spm_cache)  # both are recorded now: the study goes on
     assert "2 code versions ran this study" in " ".join(build_report(out)["notes"])
+
+
+def test_a_point_evaluated_by_other_code_is_named_in_the_reports_code_line(reference, tmp_path):
+    """Points added or re-evaluated outside `ablate` (study.yaml lists only what `ablate` ran) must not
+    leave the report claiming that one commit made every run."""
+    study = Path(shutil.copytree(reference, tmp_path / "study"))
+    assert "Every run trained and evaluated by commit" in to_markdown(build_report(study))
+    test_eval = study / "h08-seed1" / "eval" / "test.beam3.json"
+    result = json.loads(test_eval.read_text())
+    other = {**result["provenance"]["code"], "commit": "f" * 40}
+    test_eval.write_text(json.dumps({**result, "provenance": {**result["provenance"], "code": other}}))
+    markdown = to_markdown(build_report(study))
+    assert "Every run trained and evaluated by commit" not in markdown
+    assert "Code versions that ran this study (study.yaml and the runs' provenance): " in markdown
+    assert "f" * 40 in markdown
 
 
 def test_a_directory_that_is_not_a_study_is_not_used(tmp_path, spm_cache):

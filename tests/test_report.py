@@ -75,3 +75,31 @@ def test_a_log_file_keeps_the_full_table(report):
     show(report, log)
     header = next(line for line in log.file.getvalue().splitlines() if line.startswith("┃"))
     assert "paper BLEU" in header and "test chrF" in header
+
+
+def test_the_readme_answer_is_the_committed_report(report):
+    """The README's head-count table and trend are the committed report's numbers, not an older study's."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    answer = readme[readme.index("<!-- answer -->") : readme.index("<!-- /answer -->")]
+    rows = _answer_rows(answer)
+    for test in report["significance"]["seed_level"]:
+        _, tested, delta, interval, p_holm = rows[str(test["heads"])]
+        assert int(tested) == len(test["seeds"]), test["heads"]
+        assert float(delta) == pytest.approx(test["mean_difference"], abs=0.006), test["heads"]
+        low, high = (float(x) for x in interval.strip("[]").replace("−", "-").split(","))
+        assert (low, high) == pytest.approx(test["ci95"], abs=0.006), test["heads"]
+        assert float(p_holm) == pytest.approx(test["p_adjusted"], abs=0.006), test["heads"]
+    trend = report["significance"]["trend"]
+    low, high = trend["ci95"]
+    assert f"BLEU falls by {-trend['slope_per_doubling']:.2f} per doubling of h" in answer
+    assert f"(95% interval −{-low:.2f} to −{-high:.2f}," in answer
+
+
+def _answer_rows(answer: str) -> dict[str, list[str]]:
+    """The README's answer table: h → [h, runs tested, Δ, interval, p (Holm)] (d_k and the paper dropped)."""
+    rows = {}
+    for line in answer.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0].isdigit():
+            rows[cells[0]] = [cells[0], cells[2], cells[3].replace("−", "-").replace("+", ""), cells[4], cells[5]]
+    return rows

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ..core import provenance
 from ..core.files import atomic_write_json, atomic_write_text
-from ..core.rundir import read_eval
 from .by_heads import rows_by_heads
 from .claims import PAPER_SOURCE, PAPER_TABLE_3A, claims
 from .comparison import BASELINE_HEADS, compare_heads
@@ -29,8 +28,8 @@ from .figures import head_count_plot
 from .lengths import length_analysis
 from .lengths import write_csv as write_lengths_csv
 from .markdown import to_markdown
-from .record import EVAL_SPLITS, code_name, differing_settings
-from .run_records import MEASURE, RunRecord, gather
+from .record import code_name, differing_settings
+from .run_records import MEASURE, RunRecord, gather, point_sessions
 from .significance import BOOTSTRAP_SAMPLES
 
 
@@ -41,7 +40,7 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     tests, notes = compare_heads(study_dir, runs, n_samples)
     by_heads = rows_by_heads(study_dir, grid, runs, tests)
     compared = provenance.compare(
-        {r.name: _point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
+        {r.name: point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
     )
     notes += _grid_notes(grid, runs)
     notes += provenance.difference_notes(compared)
@@ -79,8 +78,10 @@ def _grid_notes(grid: dict, runs: list[RunRecord]) -> list[str]:
         notes.append(f"parameter counts differ between runs ({sorted(parameters)}): the grid is not at constant size")
     code = grid.get("code") or []
     if len(code) > 1:
-        where = "the runs' provenance" if grid.get("code_from_runs") else "study.yaml"
-        notes.append(f"{len(code)} code versions ran this study ({where}): " + ", ".join(code_name(c) for c in code))
+        notes.append(
+            f"{len(code)} code versions ran this study ({grid['code_source']}): "
+            + ", ".join(code_name(c) for c in code)
+        )
     return notes
 
 
@@ -95,15 +96,6 @@ def _settings_notes(study_dir: Path, runs: list[RunRecord]) -> list[str]:
 
 def _point_names(points: list[str]) -> str:
     return ", ".join(points) if len(points) <= 4 else f"{len(points)} points"
-
-
-def _point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
-    """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
-    evals = [read_eval(run_dir, split, beam) or {} for split in EVAL_SPLITS]
-    return [
-        *provenance.read_sessions(run_dir),
-        *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict)),
-    ]
 
 
 # ----------------------------------------------------------------------------- writing

@@ -85,16 +85,13 @@ def _code_line(grid: dict) -> str:
         f"(mhatrain {c.get('version')})"
         for c in code
     ]
-    if grid.get("code_from_runs"):  # no study.yaml: what the runs' provenance.json sessions record
-        lead = (
-            "Every session in the runs' provenance ran commit "
-            if len(names) == 1
-            else "Code versions in the runs' provenance: "
-        )
-    else:
-        lead = (
-            "Every run trained and evaluated by commit " if len(names) == 1 else "Code versions that ran this study: "
-        )
+    source = grid.get("code_source", "study.yaml")
+    if len(names) > 1:
+        lead = f"Code versions that ran this study ({source}): "
+    elif source == "study.yaml":
+        lead = "Every run trained and evaluated by commit "
+    else:  # no study.yaml: what the runs' provenance records
+        lead = "Every session in the runs' provenance ran commit "
     return lead + ", ".join(names) + "."
 
 

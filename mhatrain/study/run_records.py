@@ -23,7 +23,7 @@ from ..core.errors import MhatrainError
 from ..core.files import portable_text, read_jsonl
 from ..core.rundir import CONFIG_FILE, METRICS_FILE, eval_path, read_eval, read_summary
 from ..data.sources import load_split, split_name
-from .record import STUDY_FILE, Point, point_dirs, read_base_config, read_record, read_yaml, run_state
+from .record import EVAL_SPLITS, STUDY_FILE, Point, point_dirs, read_base_config, read_record, read_yaml, run_state
 
 MEASURE = {
     "name": "loss-selected checkpoint",
@@ -179,9 +179,13 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     ordered = sorted(points, key=lambda p: (p.heads, seeds_order.index(p.seed)))
     runs = [read_run(p, study_dir / p.name) for p in ordered]
     grid = _grid(study_dir, recorded, points, seeds_order)
-    if not grid["code"]:  # run directories alone (no study.yaml): the code their provenance records
-        grid["code"] = _recorded_code([study_dir / p.name for p in ordered])
-        grid["code_from_runs"] = bool(grid["code"])
+    # study.yaml lists the code `ablate` ran; points trained or evaluated by other commands add theirs
+    from_runs = _recorded_code([(study_dir / run.run_dir, run.beam) for run in runs])
+    extra = [code for code in from_runs if code not in grid["code"]]
+    grid["code_source"] = (
+        ("study.yaml and the runs' provenance" if extra else "study.yaml") if grid["code"] else "the runs' provenance"
+    )
+    grid["code"] = grid["code"] + extra
     if grid["d_model"] is None:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
@@ -204,11 +208,21 @@ def _grid(study_dir: Path, recorded: dict, points: set[Point], seeds_order: list
     }
 
 
-def _recorded_code(run_dirs: list[Path]) -> list[dict]:
-    """The distinct code versions in the runs' provenance.json sessions, in order of first appearance."""
+def _recorded_code(runs: list[tuple[Path, int | None]]) -> list[dict]:
+    """The distinct code versions that trained or evaluated the runs (run directory, decode.beam), in
+    order of first appearance."""
     found = []
-    for run_dir in run_dirs:
-        for entry in provenance.read_sessions(run_dir):
+    for run_dir, beam in runs:
+        for entry in point_sessions(run_dir, beam):
             if entry.get("code") and entry["code"] not in found:
                 found.append(entry["code"])
     return found
+
+
+def point_sessions(run_dir: Path, beam: int | None) -> list[dict]:
+    """The provenance sessions of a grid point: its training sessions and those of its evaluations."""
+    evals = [read_eval(run_dir, split, beam) or {} for split in EVAL_SPLITS]
+    return [
+        *provenance.read_sessions(run_dir),
+        *(e["provenance"] for e in evals if isinstance(e.get("provenance"), dict)),
+    ]
