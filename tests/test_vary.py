@@ -271,6 +271,20 @@ def test_report_of_a_cell_folder_alone_is_a_plain_study(varied, tmp_path):
     assert report["runs_done"] == 4 and [row["heads"] for row in report["by_heads"]] == [1, 8]
 
 
+def test_curves_of_a_varied_study_draw_each_cell_by_itself(varied, tmp_path):
+    """A cell's runs are not seeds of one h: `curves` draws each cell into its own folder."""
+    study = Path(shutil.copytree(varied["out"], tmp_path / "study"))
+    for cell in CELLS:
+        (study / cell / "curves.png").unlink(missing_ok=True)
+    result = run_cli("curves", str(study))
+    assert result.returncode == 0, result.stderr
+    for cell in CELLS:
+        assert (study / cell / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"curves: {study / cell / 'curves.png'}" in result.stdout
+    assert not (study / "curves.png").exists()
+    assert_clean_error(run_cli("curves", str(study), "--out", str(tmp_path / "c.png")), "each gets CELL/curves.png")
+
+
 def test_export_copies_every_cell(varied, tmp_path):
     exported = tmp_path / "exported"
     assert run_cli("export", str(varied["out"]), str(exported)).returncode == 0

@@ -20,7 +20,7 @@ from ..analysis.figures import matplotlib_colormap, save_figure
 from ..core.errors import MhatrainError
 from ..core.files import read_jsonl
 from ..core.rundir import METRICS_FILE, read_summary
-from .record import is_study, parse_point_name, point_dirs
+from .record import cell_name, grid_cells, is_study, parse_point_name, point_dirs, read_record
 
 
 @dataclass
@@ -166,8 +166,16 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
-def draw_curves(paths: list[Path], out: Path | None, console) -> Path:
-    """`mhatrain curves`: gather, draw one PNG, print the per-run summary; returns the PNG's path."""
+def draw_curves(paths: list[Path], out: Path | None, console) -> list[Path]:
+    """`mhatrain curves`: gather, draw one PNG, print the per-run summary; returns the PNGs' paths. A study
+    made with --vary gets one PNG per cell, in the cell's folder: its cells' runs are not seeds of one h."""
+    cells = _cell_dirs(Path(paths[0])) if len(paths) == 1 and is_study(Path(paths[0])) else []
+    if cells:
+        if out is not None:
+            raise MhatrainError(
+                f"curves: {paths[0]} is a study with several cells; each gets CELL/curves.png, so --out does not apply"
+            )
+        return [png for cell in cells for png in draw_curves([cell], None, console)]
     curves, grouped = gather_curves([Path(p) for p in paths])
     if out is None:
         out = Path(paths[0]) / "curves.png" if len(paths) == 1 else Path("curves.png")
@@ -180,7 +188,14 @@ def draw_curves(paths: list[Path], out: Path | None, console) -> Path:
     for line in summary_lines(curves):
         console.print(line, highlight=False)
     console.print(f"curves: {out}", highlight=False)
-    return Path(out)
+    return [Path(out)]
+
+
+def _cell_dirs(study_dir: Path) -> list[Path]:
+    """The folders of a --vary study's cells whose runs have logged metrics (none for a plain study)."""
+    cells = grid_cells(read_record(study_dir).get("factors") or {})
+    folders = [study_dir / cell_name(cell) for cell in cells if cell]
+    return [folder for folder in folders if folder.is_dir() and study_runs(folder)]
 
 
 CURVE_PANELS = (

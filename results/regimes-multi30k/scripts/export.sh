@@ -1,0 +1,18 @@
+#!/bin/bash
+# Copy the regime study (runs/regimes-multi30k) and the post-LN tuning runs (runs/tune-postln) into
+# results/regimes-multi30k without checkpoints, with the CPU-time logs, then rebuild the study's report
+# with this checkout's code. The study's unfinished points come along as they stand: `ablate` continues
+# an exported study.
+set -e
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+cd "$ROOT"
+D=results/regimes-multi30k
+nice -n 10 .venv/bin/mhatrain export runs/regimes-multi30k "$D" --overwrite > /dev/null
+for P in runs/tune-postln/lf*; do
+  nice -n 10 .venv/bin/mhatrain export "$P" "$D/tuning/$(basename "$P")" --overwrite > /dev/null
+done
+sed "s|$ROOT/||g; s|$HOME/|~/|g" runs/tune-time.log > "$D/tuning/cpu-time.log"
+for L in runs/tune-postln/logs/*.log; do sed "s|$ROOT/||g; s|$HOME/|~/|g" "$L" > "$D/tuning/$(basename "$L")"; done
+mkdir -p "$D/logs/ablate"  # the ablate commands' own output (with --jobs 1 a point's log is there)
+for L in runs/regimes-logs/*.log; do sed "s|$ROOT/||g; s|$HOME/|~/|g" "$L" > "$D/logs/ablate/$(basename "$L")"; done
+nice -n 10 .venv/bin/mhatrain report "$D"
