@@ -20,7 +20,7 @@ from mhatrain.core.errors import MhatrainError
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.comparison import verdict_of
 from mhatrain.study.record import Point, expand_grid, open_study, parse_cell, parse_point_name, point_dirs
-from mhatrain.study.regimes import interaction, point_cost
+from mhatrain.study.regimes import cell_labels, interaction, point_cost
 
 from .conftest import TINY, TOY, assert_clean_error, run_cli
 
@@ -109,6 +109,7 @@ def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
     out = varied["out"]
     report = json.loads((out / "report.json").read_text())
     assert [cell["name"] for cell in report["cells"]] == list(CELLS)
+    assert [cell["label"] for cell in report["cells"]] == ["norm=pre", "norm=post"]
     assert report["baseline_heads"] == 8 and report["runs_done"] == 8
     for cell in CELLS:  # each cell is reported as a study of its own, with the main report's test against h=8
         sub = json.loads((out / cell / "report.json").read_text())
@@ -132,6 +133,21 @@ def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
     markdown = (out / "report.md").read_text()
     assert "## Regime map" in markdown and "## Does Δ differ between cells?" in markdown
     assert "Regime map of study" in varied["second"].stdout  # ablate ends with the report
+
+
+def test_cells_are_labelled_by_the_settings_that_tell_them_apart():
+    linked = [
+        {"model.norm": "pre", "train.lr_factor": "0.4", "model.d_model": "256"},
+        {"model.norm": "pre", "train.lr_factor": "0.4", "model.d_model": "512"},
+        {"model.norm": "post", "train.lr_factor": "0.8", "model.d_model": "256"},
+    ]
+    assert cell_labels(linked) == [
+        "norm=pre, lr_factor=0.4, d_model=256",
+        "norm=pre, lr_factor=0.4, d_model=512",
+        "norm=post, lr_factor=0.8, d_model=256",
+    ]
+    assert cell_labels(linked[:2]) == ["d_model=256", "d_model=512"]
+    assert cell_labels(linked[:1]) == ["norm=pre, lr_factor=0.4, d_model=256"]  # alone: every setting
 
 
 def test_the_interaction_test_is_a_one_way_anova_of_the_per_seed_differences():

@@ -21,6 +21,7 @@ import copy
 import csv
 import io
 import statistics
+import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -165,18 +166,27 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
             {
                 "cell": dict(cell),
                 "name": cell_name(cell),
+                "label": label,
                 "runs_done": sub["runs_done"],
                 "runs_total": sub["runs_total"],
                 "conclusion": sub["claims"]["conclusion"],
                 "report": f"{cell_name(cell)}/report.md",
             }
-            for cell, sub in cell_reports.items()
+            for (cell, sub), label in zip(cell_reports.items(), cell_labels([dict(c) for c in cell_reports]))
         ],
         "regime_map": rows,
         "interaction": interaction(rows, baseline),
         "interaction_method": INTERACTION_METHOD,
         "_cell_reports": cell_reports,  # written into the cells' folders, not into report.json
     }
+
+
+def cell_labels(cells: list[dict[str, str]]) -> list[str]:
+    """Short names of cells for the figure and the terminal: the keys whose values differ between the
+    cells (every key when they all agree), without their section: "d_model=512, d_ff=2048"."""
+    keys = list(dict.fromkeys(key for cell in cells for key in cell))
+    differing = [key for key in keys if len({cell.get(key) for cell in cells}) > 1] or keys
+    return [", ".join(f"{key.split('.', 1)[-1]}={cell[key]}" for key in differing if key in cell) for cell in cells]
 
 
 def _map_rows(cell: Cell, sub: dict, baseline: int, base_config: dict) -> list[dict]:
@@ -417,9 +427,11 @@ def plot(report: dict, path: Path) -> None:
     """Δ BLEU with its interval for every cell (one row each) and h (one marker each), on one shared axis."""
     baseline = report["baseline_heads"]
     cells = [c["name"] for c in report["cells"]]
+    labels = [textwrap.fill(c.get("label") or c["name"], 30) for c in report["cells"]]
     heads = [h for h in report["heads"] if h != baseline]
-    height = 1.2 + 0.45 * max(1, len(cells)) * max(1, len(heads)) ** 0.5
-    fig = Figure(figsize=(8.0, height))
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    height = 1.6 + max(1, len(cells)) * max(0.45 * max(1, len(heads)) ** 0.5, 0.2 * lines + 0.15)
+    fig = Figure(figsize=(9.0, height))
     ax = fig.add_subplot()
     ax.axvline(0.0, color="0.5", linewidth=1)
     for k, h in enumerate(heads):
@@ -436,7 +448,7 @@ def plot(report: dict, path: Path) -> None:
             low.append(row["difference"] - ci[0])
             high.append(ci[1] - row["difference"])
         ax.errorbar(xs, ys, xerr=[low, high], fmt="o", capsize=3, label=f"h={h}")
-    ax.set_yticks(range(len(cells)), cells)
+    ax.set_yticks(range(len(cells)), labels, fontsize=8)
     ax.set_ylim(-0.6, len(cells) - 0.4)
     ax.invert_yaxis()
     ax.set_xlabel(f"Δ test BLEU: h − h={baseline} (mean over seeds; 95% interval over seeds, else the cell's test)")
@@ -473,11 +485,14 @@ def show(report: dict, console: Console) -> None:
         f"Δ test BLEU against h={baseline}",
         highlight=False,
     )
+    labels = {cell["name"]: cell.get("label") or cell["name"] for cell in report["cells"]}
+    width = max(map(len, labels.values()), default=0)
     for row in report["regime_map"]:
         if row["heads"] == baseline:
             continue
         cells = _map_cells(row, baseline)
-        console.print(f"  {row['cell']:<32} h={row['heads']:<3} Δ {cells[7]:>6}  seeds {cells[8]}", highlight=False)
+        label = labels.get(row["cell"], row["cell"])
+        console.print(f"  {label:<{width}} h={row['heads']:<3} Δ {cells[7]:>6}  seeds {cells[8]}", highlight=False)
     for test in report["interaction"]:
         p = "—" if test["p"] is None else f"{test['p']:.3f}"
         console.print(f"  interaction, h={test['heads']}: p = {p} ({test['verdict']})", highlight=False)
