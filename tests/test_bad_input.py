@@ -10,7 +10,7 @@ Kinds (ids as in CASES; docs/troubleshooting.md explains each):
              not-utf8-line, corrupt-gzip, jsonl-missing-language, jsonl-invalid-json,
              jsonl-field-not-string, hub-missing-language, nothing-left-after-filtering
   runs       run-dir-missing, not-a-run-dir, no-checkpoint-yet, checkpoints-truncated, eval-best-damaged,
-             checkpoints-garbage, checkpoint-runs-code, checkpoint-other-vocab, tokenizer-garbage,
+             checkpoints-garbage, checkpoints-pickle-garbage, checkpoint-runs-code, checkpoint-other-vocab, tokenizer-garbage,
              tokenizer-missing, run-config-edited, run-config-broken, resume-other-config,
              resume-other-vocab, resume-all-damaged, resume-nothing-there, train-over-a-run,
              out-dir-unwritable, attention-out-unwritable
@@ -455,6 +455,14 @@ CASES = [
     Case(
         "checkpoints-garbage",
         lambda w: ([p.write_bytes(os.urandom(4096)) for p in w.checkpoints()], ["translate", str(w.run), "A cat."])[1],
+        ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint"],
+    ),
+    Case(  # garbage that opens like a pickle makes torch.load warn before it fails: still one line
+        "checkpoints-pickle-garbage",
+        lambda w: (
+            [p.write_bytes(b"\x80\x70" + bytes(range(256)) * 16) for p in w.checkpoints()],
+            ["translate", str(w.run), "A cat."],
+        )[1],
         ["{root}/run: no readable checkpoint: best.pt: damaged or not a mhatrain checkpoint"],
     ),
     Case(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -114,10 +115,21 @@ def load_checkpoint(path: Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # truncated zip, bad pickle opcode, forbidden global, ...
-        raise CheckpointError(f"{path}: damaged or not a mhatrain checkpoint ({_load_failure(exc)})") from None
+    # A damaged file can make torch warn before it fails (garbage starting with a pickle PROTO opcode:
+    # "Detected pickle protocol 112"); the error line says it all, so such warnings are shown only when
+    # the file loads.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as exc:  # truncated zip, bad pickle opcode, forbidden global, ...
+            failure = _load_failure(exc)
+        else:
+            failure = None
+    if failure is not None:
+        raise CheckpointError(f"{path}: damaged or not a mhatrain checkpoint ({failure})")
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
         raise CheckpointError(f"{path}: not a mhatrain checkpoint (format {FORMAT})")
     return state
