@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import io
 import json
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 import yaml
 from rich.console import Console
@@ -505,6 +507,25 @@ def test_a_partial_studys_difference_is_over_the_seeds_both_h_have(tmp_path, mon
     assert report["claims"]["ours"]["test_bleu"] == -h1["diff_to_h8"]["test_bleu"]
     csv_h1 = next(r for r in csv.DictReader((study / "report.csv").open()) if r["heads"] == "1")
     assert float(csv_h1["test_bleu_diff_to_h8"]) == h1["diff_to_h8"]["test_bleu"]
+    # BLEU by source length counts the runs the tests count: h08-seed3 is named, and h=1's Δ is over seeds 1-2
+    lengths = report["lengths"]
+    assert sorted(r["name"] for r in lengths["runs"]) == ["h01-seed1", "h01-seed2", "h08-seed1", "h08-seed2"]
+    assert any(note.startswith("h08-seed3: left out") for note in lengths["notes"])
+    per_run = {r["name"]: r["bleu"] for r in lengths["runs"]}
+    h1_lengths = next(row for row in lengths["by_heads"] if row["heads"] == 1)
+    assert h1_lengths["diff_seeds"] == [1, 2]
+    for b in range(len(lengths["buckets"])):
+        expected = sum(per_run[f"h01-seed{s}"][b] - per_run[f"h08-seed{s}"][b] for s in (1, 2)) / 2
+        assert h1_lengths["diff_to_baseline"][b] == pytest.approx(expected, abs=0.006)
+    # a bucket's BLEU is sacreBLEU's corpus BLEU of that bucket's sentences
+    sources = [line.split() for line in gzip.open(SHARED_MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8")]
+    references = gzip.open(SHARED_MULTI30K / "test_2016_flickr.de.gz", "rt", encoding="utf-8").read().splitlines()
+    hypotheses = (study / "h01-seed1" / "eval" / "test.beam4.hyp.txt").read_text(encoding="utf-8").splitlines()
+    longest = [i for i, words in enumerate(sources) if len(words) > 19]
+    assert lengths["buckets"][-1]["sentences"] == len(longest)
+    assert sum(b["sentences"] for b in lengths["buckets"]) == len(references)
+    bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in longest], [[references[i] for i in longest]]).score
+    assert per_run["h01-seed1"][-1] == pytest.approx(bleu, abs=0.0001)
 
 
 # ----------------------------------------------------------------------------- export

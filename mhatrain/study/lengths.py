@@ -1,7 +1,8 @@
 """Test BLEU by source-sentence length, per h (in the manner of compare-mt's length buckets).
 
 The test sentences are bucketed by the length of their source in words (whitespace-separated, as the
-raw text has them); every finished run's corpus BLEU is recomputed on each bucket's sentences from
+raw text has them); the corpus BLEU of every finished run that meets the study's measure (the runs the
+tests count: run_records.measured_as_chosen; the others are named in a note) is recomputed on each bucket's sentences from
 per-sentence sacreBLEU statistics (significance.sentence_statistics: the settings of the one scorer),
 then averaged over the seeds of each h. Δ per bucket is h − h=8 over the seeds both have finished.
 A bucket's BLEU is a corpus BLEU of fewer sentences: noisier than the whole test set's, the more so for
@@ -18,7 +19,7 @@ from pathlib import Path
 from ..core.errors import MhatrainError
 from ..core.files import atomic_write_text
 from . import significance as S
-from .run_records import test_split
+from .run_records import MEASURE, measured_as_chosen, test_split
 from .tables import md_table, num, signed
 
 # (fewest words, most words or None, label): compare-mt's style of buckets, sized for Multi30k captions
@@ -37,9 +38,15 @@ def bucket_of(words: int) -> int:
 def length_analysis(study_dir: Path, runs: list, baseline: int = 8) -> dict | None:
     """Per h and bucket, the mean over seeds of the bucket's test BLEU and its difference to `baseline`;
     None before any run has test hypotheses. runs: run_records.RunRecord of the study's points."""
-    done = [r for r in runs if r.status == "done" and r.test_hypotheses]
+    finished = [r for r in runs if r.status == "done" and r.test_hypotheses]
+    done = [r for r in finished if measured_as_chosen(r)]
     if not done:
         return None
+    notes = [
+        f"{r.name}: left out, as in the tests: its evaluated checkpoint is not the {MEASURE['name']} (the study's measure)"
+        for r in finished
+        if not measured_as_chosen(r)
+    ]
     try:
         corpus = test_split(study_dir, done[0].run_dir)
     except MhatrainError as exc:
@@ -47,7 +54,7 @@ def length_analysis(study_dir: Path, runs: list, baseline: int = 8) -> dict | No
     members = [[] for _ in BUCKETS]
     for index, source in enumerate(corpus.src):
         members[bucket_of(len(source.split()))].append(index)
-    notes, per_run = [], []
+    per_run = []
     for run in done:
         hypotheses = (Path(study_dir) / run.test_hypotheses).read_text(encoding="utf-8").splitlines()
         if len(hypotheses) != len(corpus.tgt):
@@ -115,6 +122,7 @@ def to_markdown(lengths: dict | None) -> list[str]:
         f"Method: {lengths['method']}. Small buckets give noisy BLEU. Per run: {LENGTHS_CSV}.",
         "",
         *[f"- {note}" for note in lengths["notes"]],
+        *([""] if lengths["notes"] else []),
     ]
 
 
