@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mhatrain.study.cluster import jobs_record
+from mhatrain.study.cluster import job_name, jobs_record
 
 from .conftest import TINY, assert_clean_error, run_cli
 from .test_ablate import snapshot
@@ -65,3 +65,9 @@ def test_executor_options_are_checked_before_anything_runs(tmp_path):
     assert_clean_error(run_cli(*study, "--executor", "slurm", "--time", "0"), "--time must be positive")
     assert_clean_error(run_cli(*study, "--executor", "slurm", env={"PATH": str(tmp_path)}), "no sbatch command here")
     assert not (tmp_path / "study").exists()
+
+
+def test_job_names_keep_to_letters_digits_and_dashes_for_points_of_a_varied_study():
+    name = job_name("regimes", "model.norm=post,model.d_model=512/h08-seed1")
+    assert name == "mhatrain-regimes-model.norm_post_model.d_model_512_h08-seed1"
+    assert job_name("ablate-multi30k", "h08-seed1") == "mhatrain-ablate-multi30k-h08-seed1"

@@ -19,8 +19,9 @@ from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.comparison import verdict_of
+from mhatrain.study.interaction import interaction
 from mhatrain.study.record import Point, expand_grid, open_study, parse_cell, parse_point_name, point_dirs
-from mhatrain.study.regimes import cell_labels, interaction, point_cost
+from mhatrain.study.regimes import cell_labels, point_cost, to_csv
 
 from .conftest import TINY, TOY, assert_clean_error, run_cli
 
@@ -126,12 +127,21 @@ def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
         assert row["parameters"] == sub["by_heads"][0]["parameters"] and row["flops_per_token"] > 0
     (test,) = report["interaction"]
     assert test["heads"] == 1 and test["cells"] == 2 and test["differences"] == 4 and test["df"] == [1, 2]
+    (pair,) = test["against_reference"]  # post-LN against the first level, pre-LN
+    assert (pair["cell"], pair["reference"]) == ("model.norm=post", "model.norm=pre")
+    rows = {r["cell"]: r for r in report["regime_map"] if r["heads"] == 1}
+    assert all(r["shared_variance"] is not None and r["shared_variance"] >= 0 for r in rows.values())
+    assert pair["difference"] == pytest.approx(
+        rows["model.norm=post"]["difference"] - rows["model.norm=pre"]["difference"], abs=2e-4
+    )
     with open(out / "regime-map.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["model.norm"], r["heads"]) for r in rows] == [("pre", "1"), ("pre", "8"), ("post", "1"), ("post", "8")]
     assert (out / "regime-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "report.md").read_text()
     assert "## Regime map" in markdown and "## Does Δ differ between cells?" in markdown
+    assert "Each cell against the reference cell (norm=pre):" in markdown
+    assert "| norm=post | 1 |" in markdown  # the map names cells by their labels
     assert "Regime map of study" in varied["second"].stdout  # ablate ends with the report
 
 
@@ -164,6 +174,59 @@ def test_the_interaction_test_is_a_one_way_anova_of_the_per_seed_differences():
     one_seed = [{"cell": "a", "heads": 1, "differences": [1.0]}, {"cell": "b", "heads": 1, "differences": [0.5]}]
     (untestable,) = interaction(one_seed, baseline=8)  # no cell with two seeds: no within-cell variance
     assert untestable["p"] is None and untestable["verdict"] == "untestable"
+
+
+def test_each_cell_is_tested_against_the_reference_cell_with_the_pooled_spread():
+    """Without shared sentence noise a cell against the reference is the pooled two-sample t-test (over
+    every cell's spread); a cell's shared sentence variance v widens it; Holm runs over every pair."""
+    a, b, c = [0.5, 0.9, 0.7], [-0.4, 0.1, -0.2, 0.0], [1.5, 1.1, 1.2]
+    two = [{"cell": "a", "heads": 1, "differences": a}, {"cell": "b", "heads": 1, "differences": b}]
+    (test,) = interaction(two, baseline=8)
+    (pair,) = test["against_reference"]
+    t = stats.ttest_ind(b, a, equal_var=True)
+    assert (pair["cell"], pair["reference"]) == ("b", "a") and pair["difference"] == pytest.approx(-0.825, abs=1e-4)
+    assert pair["p"] == pytest.approx(t.pvalue) and test["F"] == pytest.approx(t.statistic**2, abs=1e-3)
+    assert pair["ci95"][0] < pair["difference"] < pair["ci95"][1] < 0
+    assert pair["verdict"] == "Δ smaller than in the reference cell"  # p ≈ 0.002, one pair: Holm changes nothing
+    shared = [{**row, "shared_variance": 0.05} for row in two]
+    (wider,) = interaction(shared, baseline=8)
+    s2 = (sum((x - 0.7) ** 2 for x in a) + sum((x + 0.125) ** 2 for x in b)) / 5
+    variance = s2 * (1 / 3 + 1 / 4) + 0.1
+    expected = 2 * stats.t.sf(0.825 / variance**0.5, 5)
+    assert wider["against_reference"][0]["p"] == pytest.approx(expected) and expected > pair["p"]
+    assert wider["p"] == pytest.approx(expected, rel=1e-6)  # two cells: the omnibus F is the pair's t squared
+    three = [*two, {"cell": "c", "heads": 1, "differences": c}, {"cell": "a", "heads": 8, "differences": []}]
+    (test3,) = interaction(three, baseline=8)
+    pairs = test3["against_reference"]
+    assert [p["cell"] for p in pairs] == ["b", "c"] and all(p["df"] == 7 for p in pairs)
+    raw = sorted(p["p"] for p in pairs)
+    assert sorted(p["p_holm"] for p in pairs) == pytest.approx([2 * raw[0], max(2 * raw[0], raw[1])])
+
+
+def test_the_regime_csv_has_a_column_for_each_key_of_a_linked_factor():
+    cells = [
+        {"model.norm": "pre", "model.d_model": "256"},
+        {"model.norm": "post", "model.d_model": "512"},
+    ]
+    names = ["model.norm=pre,model.d_model=256", "model.norm=post,model.d_model=512"]
+    empty = dict.fromkeys(["d_head", "parameters", "flops_per_token", "test_bleu", "difference"])
+    report = {
+        "factors": {"model.norm,model.d_model": ["pre:256", "post:512"]},
+        "cells": [{"cell": cell, "name": name} for cell, name in zip(cells, names)],
+        "regime_map": [
+            {**empty, "cell": name, "heads": h, "seeds": [], "seed_ci95": None, "test_ci95": None}
+            | {"test_p_adjusted": None, "verdict": None}
+            for name in names
+            for h in (1, 8)
+        ],
+    }
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    assert [(r["model.norm"], r["model.d_model"], r["heads"]) for r in rows] == [
+        ("pre", "256", "1"),
+        ("pre", "256", "8"),
+        ("post", "512", "1"),
+        ("post", "512", "8"),
+    ]
 
 
 def test_dry_run_shows_the_cells_and_their_cost(tmp_path, spm_cache):

@@ -15,6 +15,7 @@ made or looked up, so that `ablate` without --executor runs without it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -102,6 +103,13 @@ def _executor(study: Study, options: JobOptions):
     return executor
 
 
+def job_name(study_name: str, point_name: str) -> str:
+    """The SLURM job name of a point: letters, digits, '.', '_' and '-' only. A varied study's point names
+    hold '/', '=' and ',' (model.norm=post,model.d_model=512/h08-seed1), which an #SBATCH line would
+    carry into the scheduler's own syntax."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"mhatrain-{study_name}-{point_name}")
+
+
 def _in_flight(study: Study, options: JobOptions, recorded: dict) -> dict:
     """Recorded SLURM jobs of this study that are still queued or running, by point name."""
     if options.executor != "slurm":  # a local job ends with the `ablate` that started it
@@ -131,7 +139,7 @@ def run_jobs(
             if point.name in waiting:
                 console.print(f"{point.name}: job {waiting[point.name].job_id} is still in flight: waiting for it")
             else:
-                executor.update_parameters(name=f"mhatrain-{study.dir.name}-{point.name}")
+                executor.update_parameters(name=job_name(study.dir.name, point.name))
                 waiting[point.name] = executor.submit(run_point_job, study, point, slot)
                 recorded[point.name] = waiting[point.name].job_id
                 atomic_write_json(jobs_file, recorded)

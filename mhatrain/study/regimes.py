@@ -37,12 +37,13 @@ from ..model.flops import forward_macs
 from ..model.transformer import build_model, count_parameters
 from .comparison import BASELINE_HEADS, verdict_of
 from .grid_report import build_report, write
+from .interaction import METHOD as INTERACTION_METHOD
+from .interaction import interaction
 from .record import Cell, Study, cell_name, grid_cells, point_dirs, read_base_config, read_record
-from .significance import BOOTSTRAP_SAMPLES, holm, seed_interval
+from .significance import BOOTSTRAP_SAMPLES, seed_interval
 from .tables import blank, interval, md_table, num, p_value, signed
 
 COST_LENGTH = 20  # tokens per sentence (each side) at which FLOPs per target token are quoted
-LEVEL = 0.05
 
 
 # ----------------------------------------------------------------------------- what a point costs
@@ -177,6 +178,7 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
         "regime_map": rows,
         "interaction": interaction(rows, baseline),
         "interaction_method": INTERACTION_METHOD,
+        "reference_cell": cell_name(next(iter(cell_reports))),
         "_cell_reports": cell_reports,  # written into the cells' folders, not into report.json
     }
 
@@ -214,6 +216,7 @@ def _map_rows(cell: Cell, sub: dict, baseline: int, base_config: dict) -> list[d
                 "difference": round(statistics.fmean(differences), 4) if differences and h != baseline else None,
                 "seed_ci95": list(seed_interval(differences) or []) or None if h != baseline else None,
                 "test_ci95": next((test[k] for k in INTERVAL_FIELDS if test.get(k)), None),
+                "shared_variance": test.get("shared_sentence_variance"),  # the interaction tests' v_c
                 "test_p_adjusted": adjusted_p,
                 "verdict": verdict,
             }
@@ -236,52 +239,6 @@ def _flops(base_config: dict, cell: Cell, heads: int) -> int | None:
     return point_cost(config)["flops_per_token"]
 
 
-INTERACTION_METHOD = (
-    "one-way analysis of variance of the per-seed differences d = BLEU(h, seed s) − BLEU(h=8, seed s) across "
-    "cells (F = between-cell mean square / pooled within-cell mean square, df = cells − 1 and differences − cells; "
-    "with two cells it is the pooled two-sample t-test, squared). It covers the variance between seeds: the "
-    "noise of training (initialisation, data order, dropout) in each cell's difference. It does not cover "
-    "test-set noise (every cell is scored on the same test sentences) and assumes roughly normal per-seed "
-    "differences with the same spread in every cell; cells are treated as independent although the same "
-    "seed number starts their runs. Holm–Bonferroni over the h tested. It needs one cell with two seeds."
-)
-
-
-def interaction(rows: list[dict], baseline: int) -> list[dict]:
-    """Per h other than the baseline: does Δ differ between the cells? See INTERACTION_METHOD."""
-    from scipy import stats  # on use, as in significance.py: `ablate`, which imports this module, needs none
-
-    tests = []
-    for h in sorted({row["heads"] for row in rows} - {baseline}):
-        groups = {row["cell"]: row["differences"] for row in rows if row["heads"] == h and row["differences"]}
-        n = sum(len(d) for d in groups.values())
-        test = {"heads": h, "cells": len(groups), "differences": n, "F": None, "df": None, "p": None}
-        means = {cell: statistics.fmean(d) for cell, d in groups.items()}
-        if means:
-            test["delta_range"] = [round(min(means.values()), 4), round(max(means.values()), 4)]
-        if len(groups) >= 2 and n > len(groups):
-            grand = statistics.fmean(x for d in groups.values() for x in d)
-            between = sum(len(d) * (means[c] - grand) ** 2 for c, d in groups.items()) / (len(groups) - 1)
-            within = sum((x - means[c]) ** 2 for c, d in groups.items() for x in d) / (n - len(groups))
-            test["df"] = [len(groups) - 1, n - len(groups)]
-            if within > 0:
-                test["F"] = round(between / within, 4)
-                test["p"] = float(stats.f.sf(between / within, *test["df"]))
-            else:
-                test["p"] = 1.0 if between == 0 else 0.0
-        tests.append(test)
-    for test, adjusted in zip(tests, holm([t["p"] for t in tests])):
-        test["p_holm"] = adjusted
-        test["verdict"] = (
-            "untestable"
-            if test["p"] is None
-            else "Δ differs between cells"
-            if adjusted < LEVEL
-            else "no detectable difference between cells"
-        )
-    return tests
-
-
 # ----------------------------------------------------------------------------- writing
 
 
@@ -301,10 +258,10 @@ MAP_HEADERS = [
 ]
 
 
-def _map_cells(row: dict, baseline: int) -> list[str]:
+def _map_cells(row: dict, baseline: int, labels: dict[str, str]) -> list[str]:
     parameters = row["parameters"]
     return [
-        row["cell"],
+        labels.get(row["cell"], row["cell"]),
         str(row["heads"]),
         num(row["d_head"]),
         "varies" if isinstance(parameters, list) else num(parameters),
@@ -317,6 +274,24 @@ def _map_cells(row: dict, baseline: int) -> list[str]:
         p_value(row["test_p_adjusted"]),
         row["verdict"] or "—",
     ]
+
+
+def _pair_cells(pair: dict, labels: dict[str, str]) -> list[str]:
+    return [
+        str(pair["heads"]),
+        labels.get(pair["cell"], pair["cell"]),
+        signed(pair["delta"]),
+        signed(pair["delta_reference"]),
+        signed(pair["difference"]),
+        interval(pair.get("ci95")),
+        p_value(pair["p"]),
+        p_value(pair.get("p_holm")),
+        pair.get("verdict") or "—",
+    ]
+
+
+def _labels(report: dict) -> dict[str, str]:
+    return {cell["name"]: cell.get("label") or cell["name"] for cell in report["cells"]}
 
 
 def _interaction_cells(test: dict) -> list[str]:
@@ -346,16 +321,19 @@ def to_markdown(report: dict) -> str:
     if report.get("config"):
         extra = " ".join(f"--set {o}" for o in report["overrides"])
         out += [f"Config: `{report['config']}`{' ' + extra if extra else ''}.", ""]
+    labels = _labels(report)
+    reference = labels.get(report.get("reference_cell"), report.get("reference_cell"))
+    pairs = [pair for test in report["interaction"] for pair in test.get("against_reference", [])]
     out += [
         f"## Regime map: Δ test BLEU of each h against h={baseline}, per cell",
         "",
-        md_table(MAP_HEADERS, [_map_cells(row, baseline) for row in report["regime_map"]]),
+        md_table(MAP_HEADERS, [_map_cells(row, baseline, labels) for row in report["regime_map"]]),
         "",
         f"Δ: BLEU(h) − BLEU(h={baseline}), mean over the seeds both have finished (h=1's row: does one head beat "
         f"{baseline}?). Interval over seeds: mean ± t(n−1)·sd/√n of the per-seed differences (training noise). "
         "Cell's test: the interval, adjusted p and verdict of the cell's own test against h=8, the main report's. "
         f"FLOPs: training (6 × forward multiply-accumulates) per target token at {COST_LENGTH}-token sentences. "
-        "Figure: regime-map.png; numbers: regime-map.csv.",
+        "Figure: regime-map.png; numbers: regime-map.csv. The cells' folders are listed at the end.",
         "",
         "## Does Δ differ between cells? (interaction of h with the factors)",
         "",
@@ -364,13 +342,26 @@ def to_markdown(report: dict) -> str:
             [_interaction_cells(test) for test in report["interaction"]],
         ),
         "",
+    ]
+    if pairs:
+        out += [
+            f"Each cell against the reference cell ({reference}):",
+            "",
+            md_table(
+                ["h", "cell", "Δ in cell", "Δ in reference", "difference", "95% interval", "p", "p Holm", "verdict"],
+                [_pair_cells(pair, labels) for pair in pairs],
+            ),
+            "",
+        ]
+    out += [
         f"Method: {report['interaction_method']}",
         "",
         "## Each cell (its own report: tables, tests against h=8, per-length BLEU)",
         "",
     ]
     out += [
-        f"- [{c['name']}]({c['report']}) ({c['runs_done']}/{c['runs_total']} runs): {c['conclusion']}"
+        f"- {c.get('label') or c['name']}: [{c['name']}]({c['report']}) ({c['runs_done']}/{c['runs_total']} runs): "
+        f"{c['conclusion']}"
         for c in report["cells"]
     ]
     return "\n".join(out) + "\n"
@@ -379,7 +370,7 @@ def to_markdown(report: dict) -> str:
 def to_csv(report: dict) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    keys = list(report["factors"])
+    keys = list(dict.fromkeys(key for cell in report["cells"] for key in cell["cell"]))  # a linked factor's each
     writer.writerow(
         [
             "cell",
@@ -485,16 +476,23 @@ def show(report: dict, console: Console) -> None:
         f"Δ test BLEU against h={baseline}",
         highlight=False,
     )
-    labels = {cell["name"]: cell.get("label") or cell["name"] for cell in report["cells"]}
+    labels = _labels(report)
     width = max(map(len, labels.values()), default=0)
     for row in report["regime_map"]:
         if row["heads"] == baseline:
             continue
-        cells = _map_cells(row, baseline)
-        label = labels.get(row["cell"], row["cell"])
+        cells = _map_cells(row, baseline, labels)
+        label = cells[0]
         console.print(f"  {label:<{width}} h={row['heads']:<3} Δ {cells[7]:>6}  seeds {cells[8]}", highlight=False)
     for test in report["interaction"]:
         p = "—" if test["p"] is None else f"{test['p']:.3f}"
         console.print(f"  interaction, h={test['heads']}: p = {p} ({test['verdict']})", highlight=False)
+        for pair in test.get("against_reference", []):
+            cells = _pair_cells(pair, labels)
+            console.print(
+                f"    {cells[1]} against {labels.get(pair['reference'], pair['reference'])}: {cells[4]}, "
+                f"adjusted p {cells[7]} ({cells[8]})",
+                highlight=False,
+            )
     for cell in report["cells"]:
-        console.print(f"{cell['name']}: {cell['conclusion']}", highlight=False)
+        console.print(f"{labels[cell['name']]}: {cell['conclusion']}", highlight=False)
