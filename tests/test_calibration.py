@@ -69,3 +69,17 @@ def test_an_effect_moves_bleu_by_its_size(pool):
         assert a.bleu[:3] == pytest.approx(b.bleu[:3] * (1 + 1.0 / base))  # every match scaled: BLEU scaled
         assert a.bleu[:3] - b.bleu[:3] == pytest.approx(np.ones(3), abs=0.15)
         assert a.resampled[:, :3] == pytest.approx(b.resampled[:, :3] * (1 + 1.0 / base))
+
+
+def test_the_interaction_tests_keep_their_false_positive_rate(pool):
+    """Varied studies of two cells that are the same (h ∈ {1, 8} × 3 seeds each, one shared test set):
+    neither the omnibus test nor the cell against the reference calls a difference in over 6%."""
+    rates = C.interaction_rates(pool, 2, 3, STUDIES, np.random.default_rng(20261205))
+    assert rates.studies == STUDIES
+    assert rates.omnibus <= 0.06 and rates.any_pair <= 0.06
+
+
+def test_the_interaction_tests_find_an_effect_in_one_cell(pool):
+    """+3 BLEU on h=1 in cell 1 only: Δ there differs from the reference cell's, and is called so."""
+    rates = C.interaction_rates(pool, 2, 3, 100, np.random.default_rng(7), effect_in_cell={1: 3.0})
+    assert rates.pair_called[1] >= 0.8 and rates.omnibus >= 0.8

@@ -13,6 +13,10 @@ Under the null every h is drawn the same way: each h is a noisy copy of one syst
 added by scaling every n-gram match of that h's systems, which multiplies its corpus BLEU, so
 `effects={1: 1.0}` makes h=1 about 1.0 BLEU better than the rest.
 
+`interaction_rates` does the same for the interaction tests of a varied study (interaction.py): cells
+of h ∈ {1, 8} drawn on one shared test set, every cell the same under the null, and an effect added to
+h=1 in one cell for the power.
+
 `previous_verdicts` is the rule the report used before (Holm-adjusted bootstrap of the seed-averaged
 BLEU below 0.05 and a difference beyond the larger seed standard deviation), kept to show that it
 fails this calibration.
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import significance as S
+from .interaction import interaction
 
 DEFAULT_CONCENTRATION = 0.25  # Dirichlet concentration per pool system (15 systems: residual sd ≈ 0.57 BLEU)
 INNER_SAMPLES = 200  # resampled test sets per synthetic study (the shared sentence variance, the old bootstrap)
@@ -133,3 +138,65 @@ def rates(
     return {
         name: Rates(total, false[name] / total, {h: b / total for h, b in better[name].items()}, sd) for name in rules
     }
+
+
+CELL_STRIDE = 1000  # a simulated varied study encodes (cell c, h) as the "head count" c · CELL_STRIDE + h
+
+
+@dataclass
+class InteractionRates:
+    studies: int
+    omnibus: float  # share of studies whose omnibus test (Holm over h) called Δ different between cells
+    any_pair: float  # share of studies where any cell was called different from the reference cell (Holm)
+    pair_called: dict[int, float]  # per cell (1, 2, ...), share of studies where it was called different
+
+
+def interaction_rates(
+    pool: np.ndarray,
+    cells: int,
+    seeds: int,
+    studies: int,
+    rng: np.random.Generator,
+    effect_in_cell: dict[int, float] | None = None,
+    level: float = 0.05,
+) -> InteractionRates:
+    """Simulated varied studies of `cells` cells, each h ∈ {1, 8} × `seeds` seeds, all on one test set
+    per study; effect_in_cell[c]: BLEU added to h=1 of cell c (0 is the reference cell). Each cell's
+    shared sentence variance comes from its own test against h=8, as the report takes it."""
+    heads = {c * CELL_STRIDE + h: seeds for c in range(cells) for h in (1, 8)}
+    effects = {c * CELL_STRIDE + 1: e for c, e in (effect_in_cell or {}).items()}
+    omnibus = any_pair = 0
+    called = dict.fromkeys(range(1, cells), 0)
+    total = 0
+    for study in simulate(pool, heads, studies, rng, effects=effects):
+        total += 1
+        tests = interaction(_cell_rows(study, cells), baseline=8)
+        omnibus += any(t["p_holm"] is not None and t["p_holm"] < level for t in tests)
+        pairs = [pair for t in tests for pair in t["against_reference"]]
+        hits = [int(p["cell"]) for p in pairs if p["p_holm"] is not None and p["p_holm"] < level]
+        any_pair += bool(hits)
+        for cell in hits:
+            called[cell] += 1
+    return InteractionRates(total, omnibus / total, any_pair / total, {c: n / total for c, n in called.items()})
+
+
+def _cell_rows(study: Study, cells: int) -> list[dict]:
+    """The regime map's rows (interaction.py's input) of a simulated varied study."""
+    rows = []
+    for c in range(cells):
+        columns = [i for i, (h, _) in enumerate(study.cells) if h // CELL_STRIDE == c]
+        sub = [(h % CELL_STRIDE, s) for h, s in (study.cells[i] for i in columns)]
+        bleu = dict(zip(sub, study.bleu[columns]))
+        tests = S.head_count_tests(sub, study.bleu[columns], study.resampled[:, columns], baseline=8)
+        test = tests.against_baseline.get(1)
+        seeds = sorted({s for _, s in sub})
+        rows.append(
+            {
+                "cell": str(c),
+                "heads": 1,
+                "differences": [float(bleu[1, s] - bleu[8, s]) for s in seeds],
+                "shared_variance": None if test is None else test.shared_variance,
+            }
+        )
+        rows.append({"cell": str(c), "heads": 8, "differences": []})
+    return rows
