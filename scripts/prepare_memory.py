@@ -13,10 +13,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
-try:  # the layout by role; a checkout from before it has flat modules
+try:  # the layout by role (prepare_data in training/prepare.py, before that in training/loop.py); then flat
     from mhatrain.core.config import load_config
-    from mhatrain.training import loop as preparing  # the module whose names prepare_data calls
-    from mhatrain.training.loop import prepare_data
+
+    try:
+        from mhatrain.training import prepare as preparing  # the module whose names prepare_data calls
+    except ImportError:
+        from mhatrain.training import loop as preparing
+    prepare_data = preparing.prepare_data
 except ImportError:
     from mhatrain.config import load_config
     from mhatrain.train import prepare_data

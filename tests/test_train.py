@@ -527,7 +527,7 @@ def test_validation_during_training_scores_the_weights_it_saved(tiny_run, tmp_pa
     validations (once: the stacked W_Q, W_K, W_V) would score an old model from the second
     validation on. The last validation (end of the last epoch) must equal a fresh scoring of last.pt."""
     from mhatrain.inference.trained import load_run
-    from mhatrain.training.loop import prepare_data
+    from mhatrain.training.prepare import prepare_data
     from mhatrain.training.validation import run_validation
 
     records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]

@@ -3,8 +3,8 @@ what training does with them (`validate_and_track`): keep best.pt, count validat
 improvement for early stopping, write the record. Under torchrun rank 0 validates and the others take
 its verdict (`validate_on_main`).
 
-`prepared` below is the run's data, as loop.prepare_data returns it: its validation pairs (`valid`),
-their source ids (`valid_src`), raw references (`valid_refs`) and the tokenizer.
+`prepared` below is the run's data (prepare.py): its validation pairs (`valid`), their source ids
+(`valid_src`), raw references (`valid_refs`) and the tokenizer.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from ..inference.scoring import bleu_score
 from ..inference.search import translate_ids
 from ..model.transformer import Transformer
 from .metrics import MetricsLog
+from .prepare import Prepared
 from .progress import TrainDisplay
 from .state import TrainState, weights_state
 from .step import batch_loss
 
 
 @torch.no_grad()
-def run_validation(model: Transformer, prepared, config: Config, device: torch.device) -> dict:
+def run_validation(model: Transformer, prepared: Prepared, config: Config, device: torch.device) -> dict:
     """Validation loss, per-token perplexity and (if enabled) BLEU of greedy/beam output."""
     model.eval()
     nll_sum, n_tokens = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
@@ -63,7 +64,7 @@ def run_validation(model: Transformer, prepared, config: Config, device: torch.d
 
 def validate_and_track(
     model: Transformer,
-    prepared,
+    prepared: Prepared,
     config: Config,
     device: torch.device,
     state: TrainState,
@@ -99,7 +100,7 @@ def validate_and_track(
 def validate_on_main(
     procs: Group,
     model: Transformer,
-    prepared,
+    prepared: Prepared,
     config: Config,
     state: TrainState,
     run_dir: Path,
