@@ -1,8 +1,8 @@
 #!/bin/bash
 # Copy the regime study (runs/regimes-multi30k) and the post-LN tuning runs (runs/tune-postln) into
-# results/regimes-multi30k without checkpoints, with the CPU-time logs, then rebuild the study's report
-# with this checkout's code. The study's unfinished points come along as they stand: `ablate` continues
-# an exported study.
+# results/regimes-multi30k, and cell (c) (runs/regimes-dhead) into results/regimes-dhead, without
+# checkpoints, with the CPU-time logs, then rebuild the studies' reports with this checkout's code.
+# Unfinished points come along as they stand: `ablate` continues an exported study.
 set -e
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
@@ -16,3 +16,7 @@ for L in runs/tune-postln/logs/*.log; do sed "s|$ROOT/||g; s|$HOME/|~/|g" "$L" >
 mkdir -p "$D/logs/ablate"  # the ablate commands' own output (with --jobs 1 a point's log is there)
 for L in runs/regimes-logs/*.log; do sed "s|$ROOT/||g; s|$HOME/|~/|g" "$L" > "$D/logs/ablate/$(basename "$L")"; done
 nice -n 10 .venv/bin/mhatrain report "$D"
+if [ -d runs/regimes-dhead ]; then  # cell (c), a study of its own (study-dhead.sh)
+  nice -n 10 .venv/bin/mhatrain export runs/regimes-dhead results/regimes-dhead --overwrite > /dev/null
+  nice -n 10 .venv/bin/mhatrain report results/regimes-dhead
+fi
