@@ -42,6 +42,11 @@ err_console = Console(stderr=True)
 _state = {"debug": False}
 
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
+# Options that several commands declare alike (typer reads an option from the annotation, its default from
+# the parameter): one declaration each.
+SetOption = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+BeamOption = Annotated[int | None, typer.Option("--beam", min=1, help="Beam size (default: decode.beam).")]
+AlphaOption = Annotated[float | None, typer.Option("--alpha", min=0.0, help="Length penalty (default: decode.alpha).")]
 OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
 CHECKPOINTS = tuple(CHECKPOINT_FILES)  # best, last, averaged: what `eval` and `heads` --checkpoint may name
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells expect
@@ -75,7 +80,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
 @app.command()
 def train(
     config: Path = typer.Argument(..., help="YAML config file."),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    set_: SetOption = None,
     out: Path | None = typer.Option(None, "--out", help="Run directory (default: runs/<config name>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     keep_batch: bool = typer.Option(
@@ -138,12 +143,12 @@ def evaluate(
     langpair: str | None = typer.Option(
         None, "--langpair", help="With --sacrebleu-set: its language pair (default: data.src_lang-data.tgt_lang)."
     ),
-    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
-    alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
+    beam: BeamOption = None,
+    alpha: AlphaOption = None,
     checkpoint: str = typer.Option(
         "best", "--checkpoint", metavar="|".join(CHECKPOINTS), help="best, last, or averaged (see `mhatrain average`)."
     ),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    set_: SetOption = None,
 ):
     """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
     checkpoint = choice(checkpoint, "--checkpoint", CHECKPOINTS)
@@ -194,9 +199,9 @@ def score(
 def translate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `mhatrain train`."),
     text: list[str] | None = typer.Argument(None, help="Sentences to translate (default: read stdin, one per line)."),
-    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (default: decode.beam)."),
-    alpha: float | None = typer.Option(None, "--alpha", min=0.0, help="Length penalty (default: decode.alpha)."),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    beam: BeamOption = None,
+    alpha: AlphaOption = None,
+    set_: SetOption = None,
 ):
     """Translate sentences given as arguments, or stdin line by line."""
     from .inference.trained import translate_lines
@@ -245,7 +250,7 @@ def ablate(
         "Keys that change together are one factor: --vary model.d_model,model.d_ff=256:1024,512:2048.",
     ),
     out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    set_: SetOption = None,
     jobs: int = typer.Option(1, "--jobs", help="Grid points run at once (as subprocesses when > 1)."),
     devices: str | None = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
     dry_run: bool = typer.Option(
@@ -357,7 +362,7 @@ def attention(
         help="Also write an interactive, self-contained HTML head view to FILE "
         "(default: attention-SENTENCE.html in the output directory, beside the sentence's other files).",
     ),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    set_: SetOption = None,
 ):
     """Draw every head's attention map for a sentence and its translation, with per-head statistics."""
     from .analysis.maps import show_attention
@@ -388,7 +393,7 @@ def heads(
         help="Instead: what each head does over the sentences (entropy, "
         "confidence, neighbour/sink/diagonal weight) and its class.",
     ),
-    set_: list[str] | None = typer.Option(None, "--set", help=SET_HELP),
+    set_: SetOption = None,
 ):
     """Head importance: mask each head, gradient importance (Michel et al. 2019) and pruning curves; or head roles."""
     checkpoint = choice(checkpoint, "--checkpoint", CHECKPOINTS)
@@ -453,7 +458,6 @@ BenchConfig = Annotated[
         "a source checkout's root).",
     ),
 ]
-BenchSet = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
 BenchData = Annotated[
     Path | None,
     typer.Option(
@@ -495,7 +499,7 @@ def bench(
     compile_: BenchCompile = False,
     memory: BenchMemory = True,
     config: BenchConfig = None,
-    set_: BenchSet = None,
+    set_: SetOption = None,
     data: BenchData = None,
     checkpoint: BenchCheckpoint = None,
     max_sentences: BenchMaxSentences = 0,
