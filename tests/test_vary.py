@@ -203,6 +203,17 @@ def test_each_cell_is_tested_against_the_reference_cell_with_the_pooled_spread()
     assert sorted(p["p_holm"] for p in pairs) == pytest.approx([2 * raw[0], max(2 * raw[0], raw[1])])
 
 
+def test_a_cell_of_one_seed_takes_the_shared_sentence_variance_of_the_others():
+    """A one-seed cell has no test of its own against h=8 to give v; leaving it at 0 would understate its
+    variance, so it takes the mean v of the cells that have one."""
+    base = {"cell": "a", "heads": 1, "differences": [0.5, 0.9, 0.7], "shared_variance": 0.04}
+    one = {"cell": "b", "heads": 1, "differences": [-0.6], "shared_variance": None}
+    (test,) = interaction([base, one], baseline=8)
+    s2 = sum((x - 0.7) ** 2 for x in base["differences"]) / 2
+    variance = s2 * (1 / 3 + 1) + 0.04 + 0.04
+    assert test["against_reference"][0]["p"] == pytest.approx(2 * stats.t.sf(1.3 / variance**0.5, 2))
+
+
 def test_the_regime_csv_has_a_column_for_each_key_of_a_linked_factor():
     cells = [
         {"model.norm": "pre", "model.d_model": "256"},

@@ -6,7 +6,8 @@ Its noise has the two parts that significance.py separates:
     each trained model. The spread of the per-seed differences holds it; pooled over the cells, s² with
     n − k degrees of freedom (n differences in k cells);
   * the part of the test-sentence noise shared by the seeds of an h, which no number of seeds reveals: v,
-    the variance the cell's own test against h=8 adds for it (its shared_sentence_variance).
+    the variance the cell's own test against h=8 adds for it (its shared_sentence_variance). A cell
+    whose own test has not run (one seed) takes the mean v of the cells that have one.
 So Δ_c has variance s²/n_c + v_c. Two tests per h, each two-sided:
   * omnibus: Q = Σ_c w_c (Δ_c − Δ_w)², w_c = 1 / (s²/n_c + v_c), Δ_w the w-weighted mean; F = Q / (k − 1)
     against F(k − 1, n − k). With v = 0 this is the one-way analysis of variance of the per-seed
@@ -33,7 +34,8 @@ METHOD = (
     "per h, the per-seed differences d = BLEU(h, seed s) − BLEU(h=8, seed s) of each cell; their spread, pooled "
     "over the cells (s², n − k degrees of freedom for n differences in k cells), holds the training noise and the "
     "part of the test-sentence noise particular to each model; to each cell's Δ the variance v_c that its own "
-    "test against h=8 adds for the sentence noise shared by its seeds is added (var Δ_c = s²/n_c + v_c). Omnibus: "
+    "test against h=8 adds for the sentence noise shared by its seeds is added (var Δ_c = s²/n_c + v_c; a cell of "
+    "one seed, without a test of its own, takes the other cells' mean v). Omnibus: "
     "F = Σ w_c (Δ_c − Δ_w)² / (k − 1) with w_c = 1/var Δ_c, against F(k − 1, n − k): with v = 0 the one-way "
     "analysis of variance of the per-seed differences. Each cell against the reference cell (the study's first): "
     "Δ_c − Δ_ref with variance s²(1/n_c + 1/n_ref) + v_c + v_ref, a two-sided t-test with n − k degrees of "
@@ -81,7 +83,12 @@ def _tests_of(h: int, rows: list[dict]) -> dict:
         return test
     df = n - k
     s2 = sum((x - means[c]) ** 2 for c, row in groups.items() for x in row["differences"]) / df
-    variance = {c: s2 / len(row["differences"]) + (row.get("shared_variance") or 0.0) for c, row in groups.items()}
+    known = [row["shared_variance"] for row in groups.values() if row.get("shared_variance") is not None]
+    fallback = statistics.fmean(known) if known else 0.0  # a cell of one seed has no test of its own to give v
+    shared = {
+        c: fallback if row.get("shared_variance") is None else row["shared_variance"] for c, row in groups.items()
+    }
+    variance = {c: s2 / len(row["differences"]) + shared[c] for c, row in groups.items()}
     test["df"] = [k - 1, df]
     test["pooled_sd"] = round(math.sqrt(s2), 4)
     if all(v > 0 for v in variance.values()):
