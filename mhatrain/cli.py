@@ -436,7 +436,11 @@ BenchWarmup = Annotated[
 ]
 BenchPrecision = Annotated[
     str | None,
-    typer.Option("--precision", help="fp32, bf16 or both (default: both; decode: the config's train.precision)."),
+    typer.Option(
+        "--precision",
+        help="fp32, bf16 or both (default: both; decode: the config's train.precision; by default bf16 is "
+        "left out, with a note, on a CPU without native bf16).",
+    ),
 ]
 BenchHeads = Annotated[str | None, typer.Option("--heads", help="attention: head counts h (default 1,4,8,16,32).")]
 BenchBeams = Annotated[str, typer.Option("--beams", help="decode: beam sizes (1 = greedy).")]

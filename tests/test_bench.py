@@ -399,3 +399,23 @@ def test_the_bf16_peak_share_of_an_fp32_row_is_left_out_where_bf16_is_the_slow_m
     assert peak_shares(50e9, fast_bf16, "fp32") == {"fp32_peak_share": 0.5, "bf16_peak_share": 0.125}
     assert peak_shares(50e9, slow_bf16, "fp32") == {"fp32_peak_share": 0.5}
     assert peak_shares(0.5e9, slow_bf16, "bf16") == {"fp32_peak_share": 0.005, "bf16_peak_share": 0.5}
+
+
+def test_the_benches_leave_bf16_out_by_default_where_this_cpu_emulates_it(monkeypatch):
+    from mhatrain.core import runtime
+
+    speeds = {torch.float32: 1.0, torch.bfloat16: 25.0}  # seconds per probe matmul: no native bf16
+    monkeypatch.setattr(runtime, "_matmul_seconds", lambda dtype, repeats=3: speeds[dtype])
+    logged = []
+    (result,) = run_benches(["attention"], BenchOptions(heads=(8,), **QUIET), log=logged.append)
+    assert {row.case for row in result.rows} == {"h=8 fp32"}
+    assert result.settings["precisions"] == ["fp32"]
+    (note,) = [n for n in result.notes if n.startswith("bf16 left out")]
+    assert "25× slower than fp32" in note and "--precision bf16" in note
+    assert any(note in line for line in logged)
+    # asked for by name, bf16 is measured; the decode bench's default (the config's precision) is kept to fp32
+    assert BenchOptions(precisions=("fp32", "bf16")).chosen_precisions(("fp32", "bf16")) == (("fp32", "bf16"), None)
+    assert BenchOptions().chosen_precisions(("bf16",))[0] == ("fp32",)
+    assert BenchOptions().chosen_precisions(("fp32",)) == (("fp32",), None)
+    speeds[torch.bfloat16] = 0.5  # a CPU with native bf16 keeps both
+    assert BenchOptions().chosen_precisions(("fp32", "bf16")) == (("fp32", "bf16"), None)

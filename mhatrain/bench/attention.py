@@ -103,7 +103,9 @@ def run(options: BenchOptions, log) -> BenchResult:
     d_model = QUICK_D_MODEL if options.quick else config.model.d_model
     check_heads(options.heads, d_model)
     shape = QUICK_SHAPE if options.quick else FULL_SHAPE
-    precisions = options.precisions or ("fp32", "bf16")
+    precisions, left_out = options.chosen_precisions(("fp32", "bf16"))
+    if left_out:
+        log(f"bench attention: {left_out}")
     repeats, warmup = options.repetitions("attention")
     device = options.device
     _, valid = make_inputs(**shape, d_model=d_model, seed=options.seed + 1, device="cpu")
@@ -122,6 +124,8 @@ def run(options: BenchOptions, log) -> BenchResult:
             "device": str(device),
         },
     )
+    if left_out:
+        result.notes.append(left_out)
     for precision in precisions:
         for h in options.heads:
             case = f"h={h} {precision}"

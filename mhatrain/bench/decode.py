@@ -156,13 +156,17 @@ def run(options: BenchOptions, log) -> BenchResult:
         require_transformers("bench decode (its HF generate peer)")
     peers = (OURS, other.label(options.against)) if against is not None else PEERS
     config, source, sources, where = _inputs(options, log)
-    precisions = options.precisions or (config.train.precision,)
+    precisions, left_out = options.chosen_precisions((config.train.precision,))
+    if left_out:
+        log(f"bench decode: {left_out}")
     length = GEN_LEN[options.quick]
     if source.run_dir is None:  # random weights: every sentence is decoded to a fixed length
         decode_cfg = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length)
     else:
         decode_cfg = config.decode
     result = _new_result(options, config, source, f"{len(sources)} from {where}", precisions, length, against)
+    if left_out:
+        result.notes.append(left_out)
     for beam in options.beams:
         # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
         order = batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))

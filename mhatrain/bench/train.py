@@ -225,12 +225,16 @@ def run(options: BenchOptions, log) -> BenchResult:
     if "MarianMT" in peers:
         require_transformers("bench train (its MarianMT peer)")
     config: Config = bench_config(options)
-    precisions = options.precisions or ("fp32", "bf16")
+    precisions, left_out = options.chosen_precisions(("fp32", "bf16"))
+    if left_out:
+        log(f"bench train: {left_out}")
     inputs = training_batches(options, config, options.batches or BATCHES[options.quick], log)
     tokens = sum(b.n_tgt_tokens for b in inputs.batches)
     flops = sum(training_flops(config.model, inputs.vocab_size, b) for b in inputs.batches)
     peaks = measure_peaks(options.device, options.quick)
     result = _new_result(options, config, inputs, precisions, tokens, flops, peaks)
+    if left_out:
+        result.notes.append(left_out)
     sizes = f"n={peaks['n_fp32']}" + ("" if peaks["n_bf16"] == peaks["n_fp32"] else f", bf16 n={peaks['n_bf16']}")
     log(
         f"bench train: matmul peak fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s "

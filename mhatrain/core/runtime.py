@@ -75,19 +75,25 @@ def check_gpu_bf16(device, precision: str) -> None:
     )
 
 
+def bf16_slowdown(device) -> float | None:
+    """How many times slower bf16 matmuls run than fp32 ones on a CPU without native bf16 (beyond
+    SLOW_BF16_RATIO); None on a GPU or where bf16 is not the slower mode."""
+    if torch.device(device).type != "cpu":
+        return None
+    fp32, bf16 = _matmul_seconds(torch.float32), _matmul_seconds(torch.bfloat16)
+    return bf16 / fp32 if bf16 > SLOW_BF16_RATIO * fp32 else None
+
+
 def slow_bf16_warning(device: torch.device, precision: str) -> str | None:
     """A warning line when bf16 is asked for on a CPU whose bf16 matmuls are slower than its fp32 ones.
 
     CPUs without AVX-512 BF16 or AMX compute bf16 matmuls in a slow fallback (see docs/performance.md,
     "Design measurements"), so a bf16 config that is fast on one machine can stall on another.
     """
-    if precision != "bf16" or torch.device(device).type != "cpu":
-        return None
-    fp32, bf16 = _matmul_seconds(torch.float32), _matmul_seconds(torch.bfloat16)
-    if bf16 <= SLOW_BF16_RATIO * fp32:
+    if precision != "bf16" or (slowdown := bf16_slowdown(device)) is None:
         return None
     return (
-        f"warning: bf16 matmuls run {bf16 / fp32:.0f}× slower than fp32 on this CPU ("
+        f"warning: bf16 matmuls run {slowdown:.0f}× slower than fp32 on this CPU ("
         f"{torch.backends.cpu.get_cpu_capability()}; no native bf16): training will be very slow; "
         f"--set train.precision=fp32 is faster here (but changes what a run computes)"
     )
