@@ -10,6 +10,7 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CODE=${CODE:-c51e59d}
 OUT="$ROOT/runs/regimes-dhead"
 BASE="$ROOT/runs/regimes-multi30k/model.norm=pre,train.lr_factor=0.4,train.warmup_steps=500,model.d_model=256,model.d_ff=1024"
+CODE=$CODE bash "$(dirname "$0")/restore.sh"
 cd "$ROOT/runs/code-$CODE"
 ablate() {
   "$ROOT/.venv/bin/python" -m mhatrain ablate results/ablate-multi30k/base-config.yaml \

@@ -7,9 +7,11 @@
 #   (a)   post:LF:WU:256:1024     post-LN, with the learning rate and warm-up chosen on validation loss
 # Code: the worktree of the commit named by CODE (runs/code-CODE); every point selects its checkpoint by
 # validation loss. Usage: study.sh JOBS LEVEL[,LEVEL...]; stop: SIGTERM the ablate process (points save a
-# checkpoint); rerunning resumes, and new levels add cells.
+# checkpoint); rerunning resumes, and new levels add cells. On a machine without runs/, restore.sh first
+# rebuilds it from the committed export.
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CODE=${CODE:-c51e59d}
+CODE=$CODE bash "$(dirname "$0")/restore.sh" || exit 1
 cd "$ROOT/runs/code-$CODE" || exit 1
 exec "$ROOT/.venv/bin/python" -m mhatrain ablate results/ablate-multi30k/base-config.yaml \
   --heads 1,8 --seeds 1,2,3 \
