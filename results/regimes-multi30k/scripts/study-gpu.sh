@@ -8,9 +8,11 @@
 #                                 runs/regimes-multi30k and runs/regimes-dhead (`mhatrain export`)
 #   study-gpu.sh OUT [SECONDS]    on the GPU machine, from the repository root with data-gpu/regimes carried:
 #                                 the main study's points, then cell (c)'s, GPU_JOBS at a time on cuda
-#                                 (default 4: a point's step is launch-bound, so points share the GPU well),
-#                                 all stopped with SIGTERM at SECONDS (default 540) after the start; then the
-#                                 two studies exported into OUT/points.tar.gz, with the ablate logs beside it
+#                                 (default 4, not yet measured: one Multi30k point used 0.8% of an H200's
+#                                 bf16 peak, so several can share it), all stopped with SIGTERM at SECONDS
+#                                 (default 480: with 45 s for the stop and the packing, it fits a 600 s call)
+#                                 after the start; then both studies exported into OUT/points.tar.gz, the
+#                                 ablate logs and summary.txt beside it
 #   study-gpu.sh --merge TARBALL  here: each point that is finished in the tarball (trained, both evaluations)
 #                                 and not here replaces its folder in runs/ (with its log); then export.sh
 # The points run through the same `ablate` command as study.sh (same grid, factors and overrides; the slot's
@@ -62,7 +64,7 @@ if [ "${1:-}" = --merge ]; then
 fi
 
 out=$(mkdir -p "${1:?usage: study-gpu.sh OUT [SECONDS] | --prepare | --merge TARBALL}" && cd "$1" && pwd)
-deadline=$((SECONDS + ${2:-540}))
+deadline=$((SECONDS + ${2:-480}))
 python=${PYTHON:-python3}
 [ -d "$STAGE/code-$CODE" ] || { echo "study-gpu: no $STAGE/code-$CODE: run --prepare and carry data-gpu/regimes" >&2; exit 2; }
 cd "$STAGE/code-$CODE"
@@ -70,7 +72,7 @@ ablate() {  # ablate STUDY LOG ARGS...: the study's own command, stopped at the 
   local study=$1 log=$2 left=$((deadline - SECONDS))
   shift 2
   if ((left < 120)); then echo "study-gpu: $study not run (${left}s left)" | tee -a "$out/summary.txt"; return; fi
-  timeout -s TERM -k 60 "$left" "$python" -m mhatrain ablate results/ablate-multi30k/base-config.yaml \
+  timeout -s TERM -k 45 "$left" "$python" -m mhatrain ablate results/ablate-multi30k/base-config.yaml \
     --heads 1,8 --seeds 1,2,3 "$@" \
     --set data.local_dir=../shared/data/multi30k --set train.early_stop_metric=loss --set train.threads=1 \
     --out "../studies/$study" --jobs "${GPU_JOBS:-4}" --devices "${GPU_DEVICE:-cuda}" --allow-code-change > "$out/$log" 2>&1 \
