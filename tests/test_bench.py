@@ -414,8 +414,11 @@ def test_the_benches_leave_bf16_out_by_default_where_this_cpu_emulates_it(monkey
     assert "25× slower than fp32" in note and "--precision bf16" in note
     assert any(note in line for line in logged)
     # asked for by name, bf16 is measured; the decode bench's default (the config's precision) is kept to fp32
-    assert BenchOptions(precisions=("fp32", "bf16")).chosen_precisions(("fp32", "bf16")) == (("fp32", "bf16"), None)
-    assert BenchOptions().chosen_precisions(("bf16",))[0] == ("fp32",)
-    assert BenchOptions().chosen_precisions(("fp32",)) == (("fp32",), None)
+    assert BenchOptions(precisions=("fp32", "bf16")).chosen_precisions(("fp32", "bf16"), print) == (
+        ("fp32", "bf16"),
+        None,
+    )
+    assert BenchOptions().chosen_precisions(("bf16",), print)[0] == ("fp32",)
+    assert BenchOptions().chosen_precisions(("fp32",), print) == (("fp32",), None)
     speeds[torch.bfloat16] = 0.5  # a CPU with native bf16 keeps both
-    assert BenchOptions().chosen_precisions(("fp32", "bf16")) == (("fp32", "bf16"), None)
+    assert BenchOptions().chosen_precisions(("fp32", "bf16"), print) == (("fp32", "bf16"), None)

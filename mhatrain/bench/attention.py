@@ -103,9 +103,7 @@ def run(options: BenchOptions, log) -> BenchResult:
     d_model = QUICK_D_MODEL if options.quick else config.model.d_model
     check_heads(options.heads, d_model)
     shape = QUICK_SHAPE if options.quick else FULL_SHAPE
-    precisions, left_out = options.chosen_precisions(("fp32", "bf16"))
-    if left_out:
-        log(f"bench attention: {left_out}")
+    precisions, left_out = options.chosen_precisions(("fp32", "bf16"), log)
     repeats, warmup = options.repetitions("attention")
     device = options.device
     _, valid = make_inputs(**shape, d_model=d_model, seed=options.seed + 1, device="cpu")

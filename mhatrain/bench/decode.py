@@ -156,9 +156,7 @@ def run(options: BenchOptions, log) -> BenchResult:
         require_transformers("bench decode (its HF generate peer)")
     peers = (OURS, other.label(options.against)) if against is not None else PEERS
     config, source, sources, where = _inputs(options, log)
-    precisions, left_out = options.chosen_precisions((config.train.precision,))
-    if left_out:
-        log(f"bench decode: {left_out}")
+    precisions, left_out = options.chosen_precisions((config.train.precision,), log)
     length = GEN_LEN[options.quick]
     if source.run_dir is None:  # random weights: every sentence is decoded to a fixed length
         decode_cfg = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length)

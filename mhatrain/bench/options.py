@@ -59,10 +59,11 @@ class BenchOptions:
             )
         return load_config(self.config, self.overrides, check_paths=False)
 
-    def chosen_precisions(self, default: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    def chosen_precisions(self, default: tuple[str, ...], log) -> tuple[tuple[str, ...], str | None]:
         """The precisions a bench measures, and a note on what it left out: --precision's as given; else
         `default`, less bf16 on a CPU without native bf16, where one bf16 case takes tens of times as
-        long as fp32 and times a mode nobody should train in there (--precision bf16 still measures it)."""
+        long as fp32 and times a mode nobody should train in there (--precision bf16 still measures it). The
+        note is logged here; the bench adds it to its result."""
         if self.precisions is not None or "bf16" not in default:
             return self.precisions or default, None
         from ..core.runtime import bf16_slowdown  # imports torch: only once a bench runs
@@ -71,10 +72,12 @@ class BenchOptions:
         if slowdown is None:
             return default, None
         kept = tuple(p for p in default if p != "bf16") or ("fp32",)
-        return kept, (
+        note = (
             f"bf16 left out: its matmuls run {slowdown:.0f}× slower than fp32 on this CPU (no native bf16); "
             f"--precision bf16 measures it anyway"
         )
+        log(f"bench: {note}")
+        return kept, note
 
     def repetitions(self, bench: str) -> tuple[int, int]:
         repeats, warmup = REPETITIONS[bench][1 if self.quick else 0]

@@ -225,9 +225,7 @@ def run(options: BenchOptions, log) -> BenchResult:
     if "MarianMT" in peers:
         require_transformers("bench train (its MarianMT peer)")
     config: Config = bench_config(options)
-    precisions, left_out = options.chosen_precisions(("fp32", "bf16"))
-    if left_out:
-        log(f"bench train: {left_out}")
+    precisions, left_out = options.chosen_precisions(("fp32", "bf16"), log)
     inputs = training_batches(options, config, options.batches or BATCHES[options.quick], log)
     tokens = sum(b.n_tgt_tokens for b in inputs.batches)
     flops = sum(training_flops(config.model, inputs.vocab_size, b) for b in inputs.batches)
