@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from mhatrain.data.tokenizer import Tokenizer, train_or_load_tokenizer
+
+from .forked import ForkedCLI
 
 torch.set_num_threads(1)
 
@@ -22,19 +26,50 @@ TINY = ROOT / "configs" / "tiny.yaml"
 
 
 def run_cli(
-    *args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: float = 300, env: dict | None = None
+    *args: str,
+    cwd: Path = ROOT,
+    stdin: str | bytes | None = None,
+    timeout: float = 300,
+    env: dict | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run `python -m mhatrain ARGS` in a subprocess, as a user would."""
+    """Run `mhatrain ARGS` in a process of its own, as a user would: forked from a server that has imported
+    torch once (tests/forked.py), or with `fresh`, a new `python -m mhatrain`. Python reads its PYTHON*
+    variables only when it starts, so a call that sets one always gets a new interpreter."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
+    fresh = fresh or any(key.startswith("PYTHON") for key in env or {})
+    if not fresh and hasattr(os, "fork"):
+        return _forked_cli()(*args, cwd=cwd, stdin=stdin, env=full_env, timeout=timeout)
+    result = subprocess.run(
         [sys.executable, "-m", "mhatrain", *args],
         cwd=cwd,
-        input=stdin,
-        text=True,
+        input=stdin.encode() if isinstance(stdin, str) else stdin,
         capture_output=True,
         timeout=timeout,
         env=full_env,
     )
+    return subprocess.CompletedProcess(result.args, result.returncode, _text(result.stdout), _text(result.stderr))
+
+
+def _text(output: bytes) -> str:
+    """Output bytes as the forked runner reads its files: the locale's encoding, universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(output), errors="replace").read()
+
+
+_server: ForkedCLI | None = None  # one per test process, started on first use
+
+
+def _forked_cli() -> ForkedCLI:
+    global _server
+    if _server is None:
+        _server = ForkedCLI(Path(tempfile.mkdtemp(prefix="mhatrain-cli-")))
+    return _server
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _server is not None:
+        _server.close()
+        shutil.rmtree(_server.scratch, ignore_errors=True)
 
 
 def assert_clean_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

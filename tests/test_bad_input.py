@@ -23,19 +23,16 @@ Kinds (ids as in CASES; docs/troubleshooting.md explains each):
 Not here yet: the ablation command's cases (a kill mid-ablation, invalid --heads lists).
 
 Each case runs the real CLI entry point (`mhatrain.cli.main`) with its own argv, stdio and exit
-status in a fresh process. To keep ~70 cases fast, the processes are forked from one server that
-has imported torch once (importing torch costs ~3 s of CPU per process);
+status in a process of its own, forked as every `run_cli` of the suite is (tests/forked.py);
 test_forked_cli_matches_python_dash_m checks that a forked run and `python -m mhatrain` print the
 same thing.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,107 +41,6 @@ import pytest
 import torch
 
 from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
-
-# ----------------------------------------------------------------------------- a forking CLI runner
-
-SERVER = r"""
-import io, json, os, sys, traceback
-import mhatrain.analysis.maps, mhatrain.cli, mhatrain.analysis.importance, mhatrain.inference.trained, mhatrain.training.loop  # imported once, shared by every case
-encoding = sys.stdout.encoding
-for line in sys.stdin:
-    req = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.chdir(req["cwd"])
-            os.environ.update(req["env"])
-            for fd, name, flags in ((0, req["stdin"], os.O_RDONLY), (1, req["stdout"], os.O_WRONLY),
-                                    (2, req["stderr"], os.O_WRONLY)):
-                opened = os.open(name, flags)
-                os.dup2(opened, fd)
-                os.close(opened)
-            sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, closefd=False)), encoding=encoding)
-            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding)
-            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
-                                          errors="backslashreplace", line_buffering=True)
-            # as `python -m mhatrain` sees itself (click derives the program name from these)
-            sys.modules["__main__"].__package__ = "mhatrain"
-            sys.argv = [os.path.join(os.path.dirname(mhatrain.cli.__file__), "__main__.py"), *req["args"]]
-            mhatrain.cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-            if isinstance(exc.code, str):
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps(os.waitstatus_to_exitcode(status)), flush=True)
-"""
-
-
-class ForkedCLI:
-    """`run_cli` with the imports paid once: each call is a fresh forked process running main()."""
-
-    def __init__(self, scratch: Path):
-        self.scratch = scratch
-        self.calls = 0
-        self.log = open(scratch / "server.log", "w")
-        self.server = subprocess.Popen(
-            [sys.executable, "-c", SERVER],
-            cwd=ROOT,
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-
-    def __call__(
-        self, *args: str, stdin: bytes | str = b"", env: dict | None = None, cwd: Path = ROOT
-    ) -> subprocess.CompletedProcess:
-        self.calls += 1
-        files = {name: self.scratch / f"{self.calls}.{name}" for name in ("stdin", "stdout", "stderr")}
-        files["stdin"].write_bytes(stdin.encode() if isinstance(stdin, str) else stdin)
-        files["stdout"].write_bytes(b"")
-        files["stderr"].write_bytes(b"")
-        request = {"args": list(args), "cwd": str(cwd), "env": env or {}, **{k: str(v) for k, v in files.items()}}
-        self.server.stdin.write(json.dumps(request) + "\n")
-        self.server.stdin.flush()
-        reply = self.server.stdout.readline()
-        assert reply, f"the CLI server died: {(self.scratch / 'server.log').read_text()}"
-        return subprocess.CompletedProcess(
-            ["mhatrain", *args],
-            json.loads(reply),
-            files["stdout"].read_text(errors="replace"),
-            files["stderr"].read_text(errors="replace"),
-        )
-
-    def close(self) -> None:
-        self.server.stdin.close()
-        self.server.wait(timeout=60)
-        self.log.close()
-
-
-@pytest.fixture(scope="module")
-def cli(tmp_path_factory):
-    if not hasattr(os, "fork"):
-        yield lambda *args, stdin=None, env=None, cwd=ROOT: run_cli(
-            *args, stdin=stdin.decode() if isinstance(stdin, bytes) else stdin, env=env, cwd=cwd
-        )
-        return
-    runner = ForkedCLI(tmp_path_factory.mktemp("cli"))
-    yield runner
-    runner.close()
-
 
 # ----------------------------------------------------------------------------- a workspace per case
 
@@ -638,29 +534,47 @@ def test_the_catalogue_has_at_least_30_kinds_each_in_the_troubleshooting_table()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_bad_input_is_one_clean_line_and_damages_nothing(case, cli, tmp_path, tiny_run, spm_cache):
+def test_bad_input_is_one_clean_line_and_damages_nothing(case, tmp_path, tiny_run, spm_cache):
     ws = Workspace(tmp_path, tiny_run, spm_cache)
     args = case.make(ws)
     before = snapshot(tmp_path)
     env = {key: value.replace("{root}", str(tmp_path)) for key, value in case.env.items()}
-    result = cli(*args, stdin=case.stdin, env=env)
+    result = run_cli(*args, stdin=case.stdin, env=env)
     assert_clean_error(result, *(f.replace("{root}", str(tmp_path)) for f in case.expect))
     after = snapshot(tmp_path)
     assert {name: after.get(name) for name in before} == before, "an existing file was changed or removed"
     assert not (tmp_path / "PWNED").exists()
 
 
-def test_forked_cli_matches_python_dash_m(cli, tmp_path, tiny_run):
-    """The catalogue's fast runner and a real `python -m mhatrain` process print the same."""
+def test_forked_cli_matches_python_dash_m(tmp_path, tiny_run):
+    """The suite's forked runner and a real `python -m mhatrain` process print the same."""
     for args in (["eval", str(tiny_run), "--beam", "0"], ["translate", str(tmp_path), "A cat."]):
-        forked, real = cli(*args), run_cli(*args)
+        forked, real = run_cli(*args), run_cli(*args, fresh=True)
         assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
-def test_a_damaged_best_checkpoint_is_named_and_last_pt_used_instead(cli, tmp_path, tiny_run):
+def test_a_forked_run_past_its_timeout_is_killed_and_the_next_run_is_served(tmp_path, spm_cache):
+    out = tmp_path / "run"
+    args = (
+        "train",
+        str(TINY),
+        "--out",
+        str(out),
+        "--set",
+        f"data.cache_dir={spm_cache}",
+        "--set",
+        "train.max_epochs=1000",
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_cli(*args, timeout=3)
+    result = run_cli("eval", str(out), "--beam", "0")
+    assert_clean_error(result, "Invalid value for '--beam'")
+
+
+def test_a_damaged_best_checkpoint_is_named_and_last_pt_used_instead(tmp_path, tiny_run):
     run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
     truncate(run / "best.pt")
-    result = cli("translate", str(run), "The red cat sees the dog.")
+    result = run_cli("translate", str(run), "The red cat sees the dog.")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == library_translations(run, ["The red cat sees the dog."], "last")
     assert result.stderr.startswith(f"warning: {run}/best.pt: damaged or not a mhatrain checkpoint (")

@@ -64,11 +64,11 @@ def test_noam_schedule_warms_up_then_decays():
 def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache, precision):
     straight, split = tmp_path / "straight", tmp_path / "split"
     p = f"train.precision={precision}"
-    train(quiet_config(spm_cache, p, "train.max_steps=50"), straight, console=Silent())
-    # Interrupted at update 30 (mid-epoch: an epoch is ~90 updates), then resumed to 50.
-    train(quiet_config(spm_cache, p, "train.max_steps=30", "train.checkpoint_every=10"), split, console=Silent())
-    summary = train(quiet_config(spm_cache, p, "train.max_steps=50"), split, resume=True, console=Silent())
-    assert summary["updates"] == 50
+    train(quiet_config(spm_cache, p, "train.max_steps=20"), straight, console=Silent())
+    # Interrupted at update 12 (mid-epoch: an epoch is ~90 updates), then resumed to 20.
+    train(quiet_config(spm_cache, p, "train.max_steps=12", "train.checkpoint_every=6"), split, console=Silent())
+    summary = train(quiet_config(spm_cache, p, "train.max_steps=20"), split, resume=True, console=Silent())
+    assert summary["updates"] == 20
     assert_same_weights(weights(straight), weights(split))
 
 
