@@ -553,21 +553,12 @@ def test_forked_cli_matches_python_dash_m(tmp_path, tiny_run):
         assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
-def test_a_forked_run_past_its_timeout_is_killed_and_the_next_run_is_served(tmp_path, spm_cache):
-    out = tmp_path / "run"
-    args = (
-        "train",
-        str(TINY),
-        "--out",
-        str(out),
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "train.max_epochs=1000",
-    )
+def test_a_forked_run_past_its_timeout_is_killed_and_the_next_run_is_served(tmp_path, tiny_run, spm_cache):
+    ws = Workspace(tmp_path, tiny_run, spm_cache)
+    args = ws.train(TINY, "train.max_epochs=1000")
     with pytest.raises(subprocess.TimeoutExpired):
         run_cli(*args, timeout=3)
-    result = run_cli("eval", str(out), "--beam", "0")
+    result = run_cli("eval", str(ws.out), "--beam", "0")
     assert_clean_error(result, "Invalid value for '--beam'")
 
 
