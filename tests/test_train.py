@@ -360,6 +360,27 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
     assert best["progress"]["step"] == summary["best_step"] < summary["updates"]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "words", "metric"),
+    [
+        ((), "best valid BLEU", "valid_bleu"),
+        (("train.early_stop_metric=loss",), "best valid loss", "valid_loss"),
+        (("train.valid_bleu=false",), "best valid loss", "valid_loss"),  # no BLEU: the loss picks best.pt
+    ],
+)
+def test_the_last_line_names_the_metric_that_picked_the_best_checkpoint(tmp_path, spm_cache, overrides, words, metric):
+    console = Silent()
+    out = tmp_path / "run"
+    config = quiet_config(spm_cache, "train.valid_every=3", "train.max_steps=9", *overrides)
+    summary = train(config, out, console=console)
+    valid = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in valid if r.get("kind") == "valid"]
+    best = max(valid, key=lambda r: r[metric] * (1 if metric == "valid_bleu" else -1))
+    shown = f"{best[metric]:.2f}" if metric == "valid_bleu" else f"{best[metric]:.4f}"
+    assert best["step"] == summary["best_step"]
+    assert f"{words} {shown} at update {best['step']}" in console.file.getvalue()
+
+
 def _poison_losses(monkeypatch, bad_calls):
     """Make batch_loss return NaN on the given call numbers (1-based)."""
     import mhatrain.training.step as T

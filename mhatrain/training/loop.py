@@ -51,7 +51,7 @@ from .progress import TrainDisplay
 from .state import TrainState, restore_rng, rng_state, set_rng_state, stop_reason, weights_state
 from .step import Update, compile_model, make_optimizer, noam_lr, optimizer_update, read_updates
 from .tensorboard_log import check_available as check_tensorboard
-from .validation import validate_on_main
+from .validation import best_line, validate_on_main
 
 SIGNAL_EVERY = 8  # on a GPU, updates between two agreements of the processes on a signal (StopSignal.agree)
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.compile (the tests pass a cheaper one)
@@ -101,7 +101,7 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     summary = _summary(state, n_params, run_dir)
     if procs.is_main:
         atomic_write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-    log(f"done: {state.stop_reason}; best {t.early_stop_metric} {state.best_score} at update {state.best_step}")
+    log(f"done: {state.stop_reason}; {best_line(config, state)}")
     return summary
 
 

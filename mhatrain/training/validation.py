@@ -62,6 +62,22 @@ def run_validation(model: Transformer, prepared: Prepared, config: Config, devic
     return result
 
 
+def selection_metric(config: Config) -> str:
+    """What picks best.pt and drives patience: "bleu" (validation BLEU, higher is better) when
+    train.early_stop_metric is bleu and BLEU is computed (train.valid_bleu), else "loss" (validation loss)."""
+    t = config.train
+    return "bleu" if t.early_stop_metric == "bleu" and t.valid_bleu else "loss"
+
+
+def best_line(config: Config, state: TrainState) -> str:
+    """The best validation so far, in words: "best valid BLEU 27.31 at update 2600" (or loss)."""
+    if state.best_score is None:
+        return "no validation yet"
+    if selection_metric(config) == "bleu":
+        return f"best valid BLEU {state.best_score:.2f} at update {state.best_step}"
+    return f"best valid loss {-state.best_score:.4f} at update {state.best_step}"  # the score is -loss
+
+
 def validate_and_track(
     model: Transformer,
     prepared: Prepared,
@@ -74,11 +90,10 @@ def validate_and_track(
 ) -> None:
     """Validate the model at `state.step`; save best.pt when the score (train.early_stop_metric)
     improved, else count a validation without improvement; write and show the record."""
-    t = config.train
     started = time.perf_counter()
     result = run_validation(model, prepared, config, device)
     state.valid_seconds += time.perf_counter() - started
-    score = result["valid_bleu"] if t.early_stop_metric == "bleu" and "valid_bleu" in result else -result["valid_loss"]
+    score = result["valid_bleu"] if selection_metric(config) == "bleu" else -result["valid_loss"]
     improved = state.best_score is None or score > state.best_score
     if improved:
         state.best_score, state.best_step, state.bad_validations = score, state.step, 0
