@@ -44,7 +44,7 @@ _state = {"debug": False}
 SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatable)."
 # Options that several commands declare alike (typer reads an option from the annotation, its default from
 # the parameter): one declaration each.
-SetOption = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP)]
 BeamOption = Annotated[int | None, typer.Option("--beam", min=1, help="Beam size (default: decode.beam).")]
 AlphaOption = Annotated[float | None, typer.Option("--alpha", min=0.0, help="Length penalty (default: decode.alpha).")]
 OPTIONAL_VALUE = ("--html",)  # options whose value may be left out (then the command's default is used)
@@ -245,9 +245,11 @@ def ablate(
     vary: list[str] | None = typer.Option(
         None,
         "--vary",
+        metavar="KEY=V1,V2",
         help="Also vary a config key, e.g. --vary model.norm=pre,post (repeatable): every combination of "
         "the values is a cell with the whole heads × seeds grid, and `report` maps where extra heads help. "
-        "Keys that change together are one factor: --vary model.d_model,model.d_ff=256:1024,512:2048.",
+        "Keys that change together are one factor: --vary K1,K2=A:B,C:D makes the cells "
+        "(K1=A, K2=B) and (K1=C, K2=D), e.g. d_model with d_ff.",
     ),
     out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
     set_: SetOption = None,
@@ -466,7 +468,7 @@ BenchData = Annotated[
     Path | None,
     typer.Option(
         "--data",
-        help="train/decode: text directory, e.g. ../shared/data/multi30k (default: data.local_dir; synthetic if absent).",
+        help="train/decode: folder of parallel text, e.g. Multi30k's raw .gz files (default: data.local_dir; synthetic if absent).",
     ),
 ]
 BenchCheckpoint = Annotated[
