@@ -65,6 +65,7 @@ part() {
         echo "$name: not run (out of time: ${left}s of the ${budget}s budget left)" | tee -a "$summary"
         return
     fi
+    limit=$((limit * limit_scale))
     ((limit > left)) && limit=$left
     local t0=$SECONDS
     timeout --kill-after=5 "$limit" "$@" >"$logs/$name.log" 2>&1
@@ -77,15 +78,23 @@ part() {
 
 mh=("$python" -m mhatrain)  # timeout runs commands, not shell functions
 device="${GPU_CHECK_DEVICE:-cuda}"
-# GPU_CHECK_DEVICE=cpu: a smoke test of this script's commands, not of their figures (a few updates each,
-# the benches --quick, gloo for torchrun)
+# GPU_CHECK_DEVICE=cpu: a smoke test of this script's commands, not of their figures: a few small updates
+# each, in fp32, which any CPU runs at speed; the first 50 test sentences; the benches --quick; gloo for
+# torchrun; each part's time limit 8× (compiling takes minutes on a CPU: the compiled benches ~11)
 smoke=()
+paper_smoke=()
+test_set=(--split test)
 backend=nccl
 bench_size=(--repeats 3 --max-sentences 200)
+limit_scale=1
 if [[ "$device" == cpu ]]; then
-    smoke=(--set train.max_steps=3 --set train.valid_max_sentences=20)
+    smoke=(--set train.max_steps=3 --set train.valid_max_sentences=20 --set train.precision=fp32)
+    paper_smoke=(--set train.max_tokens=1000 --set train.tokens_per_update=1000)
+    for side in en de; do gzip -dc "$data/test_2016_flickr.$side.gz" | head -n 50 >"$logs/smoke-test.$side"; done
+    test_set=(--src "$logs/smoke-test.en" --ref "$logs/smoke-test.de")
     backend=gloo
     bench_size=(--quick)
+    limit_scale=8
 fi
 cache="${MHATRAIN_GPU_CACHE:-$(dirname "$data")/cache}"  # what --prepare cached; written to, if need be
 common=(--set "data.local_dir=$data" --set "data.cache_dir=$cache" --set "train.device=$device")
@@ -100,7 +109,7 @@ nvidia-smi >>"$logs/machine.log" 2>&1
 
 # 2. The Multi30k point of the head-count study: updates/s, validation share (train_summary.json), test BLEU
 part multi30k-train 150 "${mh[@]}" train configs/multi30k.yaml --out "$logs/multi30k" "${common[@]}" "${smoke[@]}"
-part multi30k-test-beam4 40 "${mh[@]}" eval "$logs/multi30k" --beam 4
+part multi30k-test-beam4 40 "${mh[@]}" eval "$logs/multi30k" "${test_set[@]}" --beam 4
 "$python" - "$logs/multi30k" <<'EOF' | tee -a "$summary"
 import json, sys
 from pathlib import Path
@@ -128,7 +137,8 @@ part bench-eager 60 "${mh[@]}" bench attention train decode "${bench[@]}" \
 # 300 updates of 25,000 tokens, eager then compiled; tokens/s in the runs' metrics.jsonl
 paper=(configs/paper-base.yaml "${common[@]}" --set data.vocab_size=8000 --set data.tokenizer_type=unigram
     --set data.max_length=30 --set train.max_steps=300 --set train.log_every=50 --set train.valid_bleu=false
-    --set train.checkpoint_every=0 --set train.checkpoint_every_minutes=0 --set train.keep_checkpoints=0 "${smoke[@]}")
+    --set train.checkpoint_every=0 --set train.checkpoint_every_minutes=0 --set train.keep_checkpoints=0 "${smoke[@]}"
+    "${paper_smoke[@]}")
 part paper-base-eager 60 "${mh[@]}" train "${paper[@]}" --out "$logs/paper-base-eager"
 part paper-base-compiled 120 "${mh[@]}" train "${paper[@]}" --out "$logs/paper-base-compiled" --set train.compile=true
 for run in paper-base-eager paper-base-compiled; do
