@@ -143,6 +143,9 @@ def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
     assert "Each cell against the reference cell (norm=pre):" in markdown
     assert "| norm=post | 1 |" in markdown  # the map names cells by their labels
     assert "Regime map of study" in varied["second"].stdout  # ablate ends with the report
+    # the closing line names each cell's files once, not once per cell
+    assert "in the 2 cells' folders: report.md  report.csv" in varied["second"].stdout
+    assert varied["second"].stdout.count("report-runs.csv") == 1
 
 
 def test_cells_are_labelled_by_the_settings_that_tell_them_apart():

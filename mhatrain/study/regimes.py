@@ -457,9 +457,10 @@ def report_varied_study(study_dir: Path, console: Console, n_samples: int = BOOT
     """`mhatrain report` of a varied study: each cell's report in its folder, then the map at the top."""
     study_dir = Path(study_dir)
     report = build_varied_report(study_dir, n_samples)
-    paths = []
-    for cell, sub in report.pop("_cell_reports").items():
-        paths += write(sub, study_dir / cell_name(cell))
+    cell_files: dict[str, None] = {}  # the names of the files written in the cells' folders, in order
+    cell_reports = report.pop("_cell_reports")
+    for cell, sub in cell_reports.items():
+        cell_files |= dict.fromkeys(path.name for path in write(sub, study_dir / cell_name(cell)))
     names = ("report.md", "regime-map.csv", "report.json", "regime-map.png")
     top = [study_dir / name for name in names]
     atomic_write_text(top[0], to_markdown(report))
@@ -467,7 +468,13 @@ def report_varied_study(study_dir: Path, console: Console, n_samples: int = BOOT
     atomic_write_json(top[2], report)
     plot(report, top[3])
     show(report, console)
-    console.print("report: " + "  ".join(str(p) for p in [*top, *paths]), highlight=False)
+    console.print(
+        "report: "
+        + "  ".join(str(p) for p in top)
+        + f"; in the {len(cell_reports)} cells' folders: "
+        + "  ".join(cell_files),
+        highlight=False,
+    )
     return report
 
 
