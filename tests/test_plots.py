@@ -9,7 +9,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 
 from mhatrain.analysis.figures import attention_grid_figure, head_heatmaps_figure
-from mhatrain.study.curves import CURVE_PANELS, Curve, group_by_heads, learning_curves_figure
+from mhatrain.study.curves import CURVE_PANELS, Curve, group_by_heads, learning_curves_figure, summary_lines
 from mhatrain.study.figures import head_count_figure
 
 KINDS = ("enc-self", "dec-self", "cross")
@@ -141,3 +141,18 @@ def test_the_title_of_a_long_sentence_stays_inside_the_figure(n_heads):
     assert title.x0 >= 0 and title.x1 <= fig.bbox.width and title.y1 <= fig.bbox.height
     head_labels = [ax.title.get_window_extent(renderer) for ax in fig.axes[:n_heads]]
     assert all(label.y1 <= title.y0 for label in head_labels)  # the head labels sit below the title
+
+
+@pytest.mark.parametrize(
+    ("ppl", "trend"),
+    [
+        ([5.1], "one validation, so no trend yet"),  # one point says nothing about a trend
+        ([5.1, 4.2], "validation perplexity still falling at the last validation"),
+        ([4.2, 4.3], "validation perplexity not falling at the last validation"),
+    ],
+)
+def test_the_curves_summary_claims_a_trend_only_from_two_validations(ppl, trend):
+    steps = [200 * (i + 1) for i in range(len(ppl))]
+    curve = Curve("h08-seed1", 8, 1, steps, [20.0] * len(ppl), ppl, best_step=steps[-1])
+    (line,) = summary_lines([curve])
+    assert line.endswith(trend) and f"best at update {steps[-1]:,}" in line

@@ -148,7 +148,12 @@ def summary_lines(curves: list[Curve]) -> list[str]:
         if not c.valid_steps:
             lines.append(f"{c.name}: no validation yet")
             continue
-        falling = len(c.valid_ppl) >= 2 and c.valid_ppl[-1] < c.valid_ppl[-2]
+        if len(c.valid_ppl) < 2:
+            trend = "one validation, so no trend yet"
+        elif c.valid_ppl[-1] < c.valid_ppl[-2]:
+            trend = "validation perplexity still falling at the last validation"
+        else:
+            trend = "validation perplexity not falling at the last validation"
         best_text = (
             f"best at update {best[0]:,} (valid BLEU {_fmt(best[1])}, PPL {best[2]:.2f})"
             if best
@@ -156,8 +161,7 @@ def summary_lines(curves: list[Curve]) -> list[str]:
         )
         lines.append(
             f"{c.name}: {best_text}; last validation at update {c.valid_steps[-1]:,} (BLEU "
-            f"{_fmt(c.valid_bleu[-1])}, PPL {c.valid_ppl[-1]:.2f}); validation perplexity "
-            f"{'still falling' if falling else 'not falling'} at the last validation"
+            f"{_fmt(c.valid_bleu[-1])}, PPL {c.valid_ppl[-1]:.2f}); {trend}"
         )
     return lines
 
