@@ -80,7 +80,7 @@ mh=("$python" -m mhatrain)  # timeout runs commands, not shell functions
 device="${GPU_CHECK_DEVICE:-cuda}"
 # GPU_CHECK_DEVICE=cpu: a smoke test of this script's commands, not of their figures: a few small updates
 # each, in fp32, which any CPU runs at speed; the first 50 test sentences; the benches --quick; gloo for
-# torchrun; each part's time limit 8× (compiling takes minutes on a CPU: the compiled benches ~11)
+# torchrun; each part's time limit 8× (compiling takes minutes on a CPU: over 8 for the benches, cold)
 smoke=()
 paper_smoke=()
 test_set=(--split test)

@@ -69,13 +69,18 @@ def selection_metric(config: Config) -> str:
     return "bleu" if t.early_stop_metric == "bleu" and t.valid_bleu else "loss"
 
 
+def selection_score(config: Config, result: dict) -> float:
+    """A validation's score under selection_metric, higher is better: BLEU, or the negated loss."""
+    return result["valid_bleu"] if selection_metric(config) == "bleu" else -result["valid_loss"]
+
+
 def best_line(config: Config, state: TrainState) -> str:
     """The best validation so far, in words: "best valid BLEU 27.31 at update 2600" (or loss)."""
     if state.best_score is None:
         return "no validation yet"
     if selection_metric(config) == "bleu":
         return f"best valid BLEU {state.best_score:.2f} at update {state.best_step}"
-    return f"best valid loss {-state.best_score:.4f} at update {state.best_step}"  # the score is -loss
+    return f"best valid loss {-state.best_score:.4f} at update {state.best_step}"  # selection_score: -loss
 
 
 def validate_and_track(
@@ -88,12 +93,12 @@ def validate_and_track(
     display: TrainDisplay,
     metrics: MetricsLog,
 ) -> None:
-    """Validate the model at `state.step`; save best.pt when the score (train.early_stop_metric)
+    """Validate the model at `state.step`; save best.pt when its score (selection_score)
     improved, else count a validation without improvement; write and show the record."""
     started = time.perf_counter()
     result = run_validation(model, prepared, config, device)
     state.valid_seconds += time.perf_counter() - started
-    score = result["valid_bleu"] if selection_metric(config) == "bleu" else -result["valid_loss"]
+    score = selection_score(config, result)
     improved = state.best_score is None or score > state.best_score
     if improved:
         state.best_score, state.best_step, state.bad_validations = score, state.step, 0
