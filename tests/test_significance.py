@@ -266,3 +266,13 @@ def test_conclusion_says_what_the_test_supports():
     rows[0]["seed_test"]["ci95"] = [-1.0, 2.0]
     text = conclusion(rows, {**trend, "p_value": 0.2})
     assert "per doubling" not in text and "paper's" not in text and "explainer's (+2.3) lies outside" in text
+
+
+def test_a_grid_without_h8_is_told_to_add_it_not_to_wait():
+    # Every test is against h=8: a grid that lacks it will never test anything, however long it runs.
+    without = [{"heads": 1, "seed_test": None}, {"heads": 2, "seed_test": None}]
+    assert conclusion(without) == (
+        "Nothing tested: every test is against h=8, which this grid lacks (add 8 to --heads)."
+    )
+    unfinished = [{"heads": 1, "seed_test": None}, {"heads": 8, "seed_test": None}]
+    assert conclusion(unfinished) == "Nothing tested yet: it needs finished h=8 runs and runs of another h."

@@ -57,6 +57,11 @@ def conclusion(by_heads: list[dict], trend: dict | None = None, left_out: list[s
     over h=1 the 95% interval rules out."""
     tested = [row for row in by_heads if row["seed_test"] is not None]
     if not tested:
+        if all(row["heads"] != BASELINE_HEADS for row in by_heads):
+            return (
+                f"Nothing tested: every test is against h={BASELINE_HEADS}, which this grid lacks "
+                f"(add {BASELINE_HEADS} to --heads)."
+            )
         return f"Nothing tested yet: it needs finished h={BASELINE_HEADS} runs and runs of another h" + (
             f" that meet the measure (left out: {', '.join(left_out)})." if left_out else "."
         )
