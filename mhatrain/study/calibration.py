@@ -79,7 +79,7 @@ def simulate(
 
 def verdicts(study: Study, baseline: int = 8, level: float = 0.05) -> dict[int, str]:
     """The report's verdict of every h against the baseline (`significance.head_count_tests`)."""
-    tests = S.head_count_tests(study.cells, study.bleu, study.resampled, baseline)
+    tests = S.head_count_tests(study.cells, study.bleu, S.resampled_covariance(study.resampled), baseline)
     return {h: S.verdict(test, tests.adjusted[h], level) for h, test in tests.against_baseline.items()}
 
 
@@ -187,7 +187,9 @@ def _cell_rows(study: Study, cells: int) -> list[dict]:
         columns = [i for i, (h, _) in enumerate(study.cells) if h // CELL_STRIDE == c]
         sub = [(h % CELL_STRIDE, s) for h, s in (study.cells[i] for i in columns)]
         bleu = dict(zip(sub, study.bleu[columns]))
-        tests = S.head_count_tests(sub, study.bleu[columns], study.resampled[:, columns], baseline=8)
+        tests = S.head_count_tests(
+            sub, study.bleu[columns], S.resampled_covariance(study.resampled[:, columns]), baseline=8
+        )
         test = tests.against_baseline.get(1)
         seeds = sorted({s for _, s in sub})
         rows.append(

@@ -66,7 +66,7 @@ def compare_heads(
     stacked = np.stack([stats[c] for c in cells])
     bleu = S.bleu_from_sums(stacked.sum(axis=1))
     resampled = S.resampled_bleus(stacked, S.resample_counts(len(references), S.SENTENCE_SAMPLES))
-    tests = S.head_count_tests(cells, bleu, resampled, BASELINE_HEADS)
+    tests = S.head_count_tests(cells, bleu, S.resampled_covariance(resampled), BASELINE_HEADS)
     factors = {h: _factor_counts([done[c] for c in cells if c[0] == h]) for h in {h for h, _ in cells}}
     for h, test in tests.against_baseline.items():
         result["seed_level"].append(_seed_level_test(h, test, tests, cells, bleu, factors))

@@ -224,32 +224,58 @@ def fit_seed_blocks(cells: list[Cell], bleu: np.ndarray) -> BlockFit:
     return BlockFit(heads, theta[..., : len(heads)], variance, df, unscaled, estimable)
 
 
-def shared_sentence_variance(resampled: np.ndarray, cells: list[Cell], weights: dict[int, float]) -> np.ndarray:
-    """Variance of a contrast Σ_h weights[h] · BLEU_h that comes from the test sentences and is shared
-    by the seeds of each h (what the seed-block residual cannot hold). resampled: [..., samples, cells],
-    BLEU of each trained system on the same resampled test sets (`resampled_bleus`).
-
-    Per seed that has every h of the contrast, the contrast L_s on each resampled test set; the
-    covariance of L_s and L_t between different seeds s ≠ t holds only what their test-sentence noise
-    shares, averaged over the pairs and floored at 0. With fewer than two such seeds, the bootstrap
-    variance of the contrast of seed-averaged BLEU (which also holds the part particular to each model:
-    conservative)."""
+def resampled_covariance(resampled: np.ndarray) -> np.ndarray:
+    """[..., cells, cells] covariance between trained systems of a measure over resampled test sets
+    (resampled: [..., samples, cells], e.g. `resampled_bleus`): the test-sentence noise of each system and
+    what two systems share of it, estimated by resampling (a measure without a closed form, such as BLEU)."""
     resampled = np.asarray(resampled, dtype=np.float64)
+    centred = resampled - resampled.mean(axis=-2, keepdims=True)
+    return np.einsum("...bi,...bj->...ij", centred, centred) / (resampled.shape[-2] - 1)
+
+
+def cross_entropy_covariance(nll: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """[cells, cells] covariance between trained systems of their per-token cross-entropy over resampled
+    test sets, in closed form: no resampling, so no Monte Carlo error.
+
+    nll: [cells, N] summed negative log-likelihood of each test sentence's reference under each system;
+    tokens: [cells, N] its reference tokens (a pair left out of the loss has 0 and 0). A system's
+    cross-entropy is the ratio Σ nll / Σ tokens; resampling N sentences with replacement, its
+    covariance with another's is, to first order in 1/N (the delta method, exact for the linearised
+    ratio), Σ_i ψ_ai ψ_bi / N² with the influence ψ_ai = (nll_ai − CE_a · tokens_ai) / mean tokens_a."""
+    nll, tokens = np.asarray(nll, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+    n = nll.shape[-1]
+    ce = nll.sum(axis=-1, keepdims=True) / tokens.sum(axis=-1, keepdims=True)
+    influence = (nll - ce * tokens) / tokens.mean(axis=-1, keepdims=True)  # [cells, N], each summing to 0
+    return influence @ influence.T / n**2
+
+
+def shared_sentence_variance(covariance: np.ndarray, cells: list[Cell], weights: dict[int, float]) -> np.ndarray:
+    """Variance of a contrast Σ_h weights[h] · value_h that comes from the test sentences and is shared
+    by the seeds of each h (what the seed-block residual cannot hold). covariance: [..., cells, cells],
+    the sentence-noise covariance between the trained systems (`resampled_covariance` for BLEU,
+    `cross_entropy_covariance` for cross-entropy).
+
+    Per seed that has every h of the contrast, the contrast L_s; the covariance of L_s and L_t between
+    different seeds s ≠ t holds only what their test-sentence noise shares, averaged over the pairs and
+    floored at 0. With fewer than two such seeds, the sentence variance of the contrast of seed-averaged
+    values (which also holds the part particular to each model: conservative)."""
+    covariance = np.asarray(covariance, dtype=np.float64)
     seeds = sorted({s for _, s in cells})
     complete = [s for s in seeds if all((h, s) in cells for h in weights)]
     if len(complete) >= 2:
-        per_seed = np.stack(
-            [sum(w * resampled[..., cells.index((h, s))] for h, w in weights.items()) for s in complete], axis=-1
-        )  # [..., samples, seeds]
-        centred = per_seed - per_seed.mean(axis=-2, keepdims=True)
-        cov = np.einsum("...bi,...bj->...ij", centred, centred) / (per_seed.shape[-2] - 1)
+        per_seed = np.zeros((len(complete), len(cells)))  # [seeds, cells]: the contrast L_s as cell weights
+        for row, s in enumerate(complete):
+            for h, w in weights.items():
+                per_seed[row, cells.index((h, s))] = w
+        cov = np.einsum("si,...ij,tj->...st", per_seed, covariance, per_seed)
         n = len(complete)
         off_diagonal = (cov.sum(axis=(-2, -1)) - np.trace(cov, axis1=-2, axis2=-1)) / (n * (n - 1))
         return np.maximum(off_diagonal, 0.0)
-    averaged = sum(
-        w * np.mean([resampled[..., cells.index(c)] for c in cells if c[0] == h], axis=0) for h, w in weights.items()
-    )
-    return np.var(averaged, axis=-1, ddof=1)
+    averaged = np.zeros(len(cells))
+    for h, w in weights.items():
+        members = [i for i, c in enumerate(cells) if c[0] == h]
+        averaged[members] = w / len(members)
+    return np.einsum("i,...ij,j->...", averaged, covariance, averaged)
 
 
 @dataclass
@@ -274,16 +300,26 @@ def t_test(estimate, variance, df: int):
     return np.where(variance > 0, 2 * stats.t.sf(t, df), np.where(np.abs(estimate) > 0, 0.0, 1.0))
 
 
+def contrast_estimate(fit: BlockFit, weights: dict[int, float]) -> float | None:
+    """Σ_h weights[h] · effect_h: Δ as the study defines it (for h against the baseline, the fit's
+    within-seed difference; with every seed of both h and no other, the mean of per-seed differences).
+    None where the design cannot estimate it. The one place Δ is computed, tested or not."""
+    c = np.array([weights.get(h, 0.0) for h in fit.heads])
+    nonzero = np.flatnonzero(c)
+    if not all(fit.estimable[i, j] for i in nonzero for j in nonzero):
+        return None
+    return float(fit.effects @ c)
+
+
 def contrast_test(fit: BlockFit, weights: dict[int, float], shared: float, confidence: float = 0.95):
     """Test Σ_h weights[h] · effect_h = 0 (weights summing to 0); None where the design cannot estimate
     it or leaves no residual degrees of freedom (one seed per h)."""
     from scipy import stats  # on use, as above
 
-    c = np.array([weights.get(h, 0.0) for h in fit.heads])
-    nonzero = np.flatnonzero(c)
-    if fit.df <= 0 or not all(fit.estimable[i, j] for i in nonzero for j in nonzero):
+    estimate = contrast_estimate(fit, weights)
+    if fit.df <= 0 or estimate is None:
         return None
-    estimate = float(fit.effects @ c)
+    c = np.array([weights.get(h, 0.0) for h in fit.heads])
     model = float(fit.residual_variance * (c @ fit.unscaled @ c))
     variance = model + float(shared)
     half = float(stats.t.ppf(0.5 + confidence / 2, fit.df)) * math.sqrt(variance)
@@ -314,28 +350,46 @@ class HeadCountTests:
     trend: ContrastTest | None
     residual_sd: float | None
     df: int
+    higher_is_better: bool = True  # BLEU; False for cross-entropy
+    differences: dict[int, float | None] | None = None  # Δ of every h against the baseline, tested or not
 
 
-def head_count_tests(cells: list[Cell], bleu: np.ndarray, resampled: np.ndarray, baseline: int) -> HeadCountTests:
-    """The verdict's test: bleu [cells] is the corpus BLEU of each trained system (h, seed) on the test
-    set, resampled [samples, cells] the same on resampled test sets. See the module docstring."""
-    fit = fit_seed_blocks(cells, bleu)
+def head_count_tests(
+    cells: list[Cell],
+    values: np.ndarray,
+    covariance: np.ndarray | None,
+    baseline: int,
+    higher_is_better: bool = True,
+) -> HeadCountTests:
+    """The verdict's test: values [cells] is the measure (corpus BLEU, or per-token cross-entropy) of each
+    trained system (h, seed) on the test set, covariance [cells, cells] their test-sentence noise
+    (`resampled_covariance`, `cross_entropy_covariance`), or None where it is not known (the shared
+    sentence term is then left out, and the test covers seed noise on these sentences only). See the
+    module docstring."""
+    fit = fit_seed_blocks(cells, values)
     others = [h for h in fit.heads if h != baseline]
     tests: dict[int, ContrastTest | None] = {}
     for h in others:
-        weights = {h: 1.0, baseline: -1.0}
-        tests[h] = contrast_test(fit, weights, float(shared_sentence_variance(resampled, cells, weights)))
+        tests[h] = contrast_test(fit, {h: 1.0, baseline: -1.0}, _shared(covariance, cells, {h: 1.0, baseline: -1.0}))
     adjusted = dict(zip(others, holm([None if tests[h] is None else tests[h].p_value for h in others])))
     trend = None
     if len(fit.heads) >= 3:
         weights = trend_weights(fit.heads)
-        trend = contrast_test(fit, weights, float(shared_sentence_variance(resampled, cells, weights)))
+        trend = contrast_test(fit, weights, _shared(covariance, cells, weights))
     sd = math.sqrt(float(fit.residual_variance)) if fit.df > 0 else None
-    return HeadCountTests(tests, adjusted, trend, sd, fit.df)
+    differences = {h: contrast_estimate(fit, {h: 1.0, baseline: -1.0}) for h in others}
+    return HeadCountTests(tests, adjusted, trend, sd, fit.df, higher_is_better, differences)
 
 
-def verdict(test: ContrastTest | None, adjusted_p: float | None, level: float = 0.05) -> str:
-    """'better' or 'worse' only where the Holm-adjusted p is below level; else 'no detectable difference'."""
+def _shared(covariance: np.ndarray | None, cells: list[Cell], weights: dict[int, float]) -> float:
+    return 0.0 if covariance is None else float(shared_sentence_variance(covariance, cells, weights))
+
+
+def verdict(
+    test: ContrastTest | None, adjusted_p: float | None, level: float = 0.05, higher_is_better: bool = True
+) -> str:
+    """'better' or 'worse' only where the Holm-adjusted p is below level; else 'no detectable difference'.
+    higher_is_better: False for a measure such as cross-entropy, where a lower value is better."""
     if test is None or adjusted_p is None or adjusted_p >= level:
         return "no detectable difference"
-    return "better" if test.estimate > 0 else "worse"
+    return "better" if (test.estimate > 0) == higher_is_better else "worse"
