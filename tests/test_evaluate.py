@@ -5,9 +5,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import shutil
 
 import pytest
+import torch
+
+from mhatrain.data.sources import load_split, split_name
+from mhatrain.data.tokens import BOS, EOS
+from mhatrain.inference.likelihood import read_sentence_file
+from mhatrain.inference.trained import load_run
 
 from .conftest import TOY, assert_clean_error, run_cli
 
@@ -155,3 +162,32 @@ def test_a_run_written_before_a_config_key_existed_still_loads(tiny_run, tmp_pat
     result = run_cli("eval", str(run), "--split", "valid", "--beam", "1")
     assert result.returncode == 0, result.stderr
     assert json.loads((run / "eval" / "valid.beam1.json").read_text())["sentences"] > 0
+
+
+def test_eval_writes_the_references_cross_entropy(tiny_run):
+    """eval's cross-entropy of the validation references equals the validation loss training logged for
+    the same checkpoint; its per-sentence file sums to it, and one sentence recomputed by hand agrees."""
+    result = run_cli("eval", str(tiny_run), "--split", "valid", "--beam", "2")
+    assert result.returncode == 0, result.stderr
+    assert "reference cross-entropy" in result.stdout
+    report = json.loads((tiny_run / "eval" / "valid.beam2.json").read_text())
+    ce = report["cross_entropy"]
+    logged = [
+        r for r in map(json.loads, (tiny_run / "metrics.jsonl").read_text().splitlines()) if r.get("kind") == "valid"
+    ]
+    at_checkpoint = next(r for r in logged if r["step"] == report["update"])
+    assert ce["nats_per_token"] == pytest.approx(at_checkpoint["valid_loss"], rel=1e-5)
+    assert ce["perplexity"] == pytest.approx(math.exp(ce["nats_per_token"]), rel=1e-4)
+    per_sentence = read_sentence_file((tiny_run / "eval" / ce["file"]).read_text())
+    assert len(per_sentence.nll) == report["sentences"] == 100
+    assert per_sentence.tokens.sum() == ce["tokens"]
+    assert per_sentence.nll.sum() / per_sentence.tokens.sum() == pytest.approx(ce["nats_per_token"], rel=1e-6)
+
+    run = load_run(tiny_run)
+    corpus = load_split(run.config.data, split_name(run.config, "valid"))
+    src, ref = (run.tokenizer.encode([text])[0] for text in (corpus.src[7], corpus.tgt[7]))
+    with torch.no_grad():
+        logits = run.model(torch.tensor([src + [EOS]]), torch.tensor([[BOS] + ref]))[0]
+    by_hand = -torch.log_softmax(logits.double(), -1)[torch.arange(len(ref) + 1), torch.tensor(ref + [EOS])].sum()
+    assert per_sentence.tokens[7] == len(ref) + 1
+    assert per_sentence.nll[7] == pytest.approx(float(by_hand), rel=1e-4)

@@ -363,8 +363,8 @@ def test_early_stopping_on_loss_keeps_the_best_checkpoint(tmp_path, spm_cache):
 @pytest.mark.parametrize(
     ("overrides", "words", "metric"),
     [
-        ((), "best valid BLEU", "valid_bleu"),
-        (("train.early_stop_metric=loss",), "best valid loss", "valid_loss"),
+        (("train.early_stop_metric=bleu",), "best valid BLEU", "valid_bleu"),
+        ((), "best valid loss", "valid_loss"),
         (("train.valid_bleu=false",), "best valid loss", "valid_loss"),  # no BLEU: the loss picks best.pt
     ],
 )

@@ -8,7 +8,8 @@ A run directory holds everything a run needs and produces:
     averaged.pt         the mean of some checkpoints' weights (`mhatrain average`)
     metrics.jsonl       training and validation records
     train_summary.json  written when training ends: the run is trained
-    eval/               NAME.beamK[.alphaA][.last|.averaged].{json,hyp.txt}: `mhatrain eval` (eval_path)
+    eval/               NAME.beamK[.alphaA][.last|.averaged].{json,hyp.txt,nll.tsv}: `mhatrain eval` (eval_path);
+                        .nll.tsv: each reference's summed NLL and tokens (inference.likelihood)
 Reading and writing checkpoints themselves (torch) is core.checkpoint's.
 """
 
@@ -46,6 +47,9 @@ SUMMARY_FILE = "train_summary.json"
 
 
 EVAL_DIR = "eval"
+
+
+SENTENCE_NLL_SUFFIX = ".nll.tsv"  # beside an evaluation's .hyp.txt: per-sentence reference cross-entropy
 
 
 # The checkpoint each `which` (eval --checkpoint) reads, then its fallbacks when it is damaged.

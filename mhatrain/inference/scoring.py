@@ -115,6 +115,12 @@ def show_scores(result: dict, title: str, console) -> None:
     table.add_row("BLEU (sacreBLEU: cased, detokenised)", f"{result['bleu']:.2f}")
     table.add_row("chrF", f"{result['chrf']:.2f}")
     table.add_row("BLEU lowercased, 13a-tokenised (for the literature)", f"{result['bleu_lowercased_tokenized']:.2f}")
+    ce = result.get("cross_entropy")
+    if ce:  # eval's: the model's likelihood of the references (score --hyp has none)
+        table.add_row(
+            "reference cross-entropy, nats/token (teacher-forced, no smoothing)", f"{ce['nats_per_token']:.4f}"
+        )
+        table.add_row("reference perplexity", f"{ce['perplexity']:.2f}")
     console.print(table)
     console.print(
         f"BLEU signature: {result['bleu_signature']}\nchrF signature: {result['chrf_signature']}\n"

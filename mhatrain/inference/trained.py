@@ -16,11 +16,12 @@ from ..core.config import Config, apply_override, check_config
 from ..core.distributed import resolve_device
 from ..core.errors import MhatrainError
 from ..core.files import atomic_write_json, atomic_write_text
-from ..core.rundir import TOKENIZER_FILE, eval_path
+from ..core.rundir import SENTENCE_NLL_SUFFIX, TOKENIZER_FILE, eval_path
 from ..core.runtime import set_threads
-from ..data.sources import load_split, split_name
+from ..data.sources import Corpus, load_split, split_name
 from ..data.tokenizer import Tokenizer
 from ..model.transformer import Transformer, build_model, count_parameters
+from .likelihood import reference_cross_entropy, sentence_file_text
 from .scoring import read_aligned, sacrebleu_test_set, score, show_scores
 from .search import translate
 
@@ -185,7 +186,17 @@ def evaluate_run(
     hyps = translate_with(run, text.src, beam, alpha)
     seconds = time.perf_counter() - started
     result = score(hyps, text.ref)
+    cross_entropy = reference_cross_entropy(
+        run.model,
+        run.tokenizer,
+        Corpus(text.name, text.src, text.ref),
+        run.config.data.max_length,
+        run.config.train.max_tokens,
+        run.device,
+        run.config.train.precision,
+    )
     result.update(
+        cross_entropy=cross_entropy.summary(run.config.train.precision),
         split=text.name,
         source=text.description,
         beam=beam,
@@ -201,7 +212,10 @@ def evaluate_run(
     named_alpha = alpha if own_alpha else None
     hyp_path = eval_path(run_dir, text.name, beam, which, named_alpha, suffix=".hyp.txt")
     json_path = eval_path(run_dir, text.name, beam, which, named_alpha)
+    nll_path = eval_path(run_dir, text.name, beam, which, named_alpha, suffix=SENTENCE_NLL_SUFFIX)
+    result["cross_entropy"]["file"] = nll_path.name
     atomic_write_text(hyp_path, "".join(h + "\n" for h in hyps))
+    atomic_write_text(nll_path, sentence_file_text(cross_entropy))
     atomic_write_json(json_path, result)
     show_scores(result, f"{run_dir} — {text.name} ({len(hyps)} sentences, beam {beam}, alpha {alpha})", console)
     console.print(f"hypotheses: {hyp_path}  report: {json_path}  ({result['sentences_per_s']} sentences/s)")
