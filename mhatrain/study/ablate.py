@@ -37,6 +37,7 @@ from ..data.sources import check_splits
 from ..inference.trained import evaluate_run
 from ..training.loop import train
 from ..training.tensorboard_log import check_available as check_tensorboard
+from ..training.validation import selection_metric
 from .cluster import JobOptions, check_options, job_slot, run_jobs
 from .grid_display import GridDisplay
 from .record import (
@@ -141,6 +142,7 @@ def run_study(
             _print_commands(study, slots)
             return None
         _show_plan(study, config, console)
+        _warn_if_not_measured(config, console)
         if not devices:
             _warn_if_bf16_is_slow(config, console)
         _run_unfinished(study, slots, cluster, console)
@@ -180,6 +182,18 @@ def _warn_if_bf16_is_slow(config: Config, console: Console) -> None:
     warning = slow_bf16_warning(resolve_device(config.train.device), config.train.precision)
     if warning is not None:
         console.print(warning, highlight=False)
+
+
+def _warn_if_not_measured(config: Config, console: Console) -> None:
+    """The report tests the checkpoint with the lowest validation loss (run_records.MEASURE); a config that
+    keeps best.pt by BLEU evaluates another checkpoint, and such a point is left out of the tests."""
+    if selection_metric(config) != "loss":
+        console.print(
+            f"warning: train.early_stop_metric={config.train.early_stop_metric}, but the report tests each run's "
+            "checkpoint with the lowest validation loss: a point whose BLEU-selected checkpoint is another one is "
+            "left out of its tests (add --set train.early_stop_metric=loss)",
+            highlight=False,
+        )
 
 
 def _print_commands(study: Study, slots: list[Slot]) -> None:

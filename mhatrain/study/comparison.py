@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import MhatrainError
+from ..inference.likelihood import read_sentence_file
 from . import significance as S
 from .run_records import MEASURE, RunRecord, factor_of, measured_as_chosen, test_split
+from .sensitivity import bleu_sensitivity, leave_one_out
 from .tables import num
 
 BASELINE_HEADS = 8  # every h is compared with the base model's h = 8 (the paper's Table 3)
@@ -65,16 +67,83 @@ def compare_heads(
         return result, notes
     stacked = np.stack([stats[c] for c in cells])
     bleu = S.bleu_from_sums(stacked.sum(axis=1))
-    resampled = S.resampled_bleus(stacked, S.resample_counts(len(references), S.SENTENCE_SAMPLES))
-    tests = S.head_count_tests(cells, bleu, S.resampled_covariance(resampled), BASELINE_HEADS)
+    covariance = S.resampled_covariance(
+        S.resampled_bleus(stacked, S.resample_counts(len(references), S.SENTENCE_SAMPLES))
+    )
+    tests = S.head_count_tests(cells, bleu, covariance, BASELINE_HEADS)
     factors = {h: _factor_counts([done[c] for c in cells if c[0] == h]) for h in {h for h, _ in cells}}
-    for h, test in tests.against_baseline.items():
-        result["seed_level"].append(_seed_level_test(h, test, tests, cells, bleu, factors))
-    if tests.trend is not None:
-        result["trend"] = _trend(tests.trend, cells)
-    result["residual_sd"] = None if tests.residual_sd is None else round(tests.residual_sd, 4)
-    result["df"] = tests.df
+    result.update(_tests_entry(tests, cells, bleu, factors))
+    result["sensitivity"] = bleu_sensitivity(cells, stacked, bleu, covariance, tests, [done[c].name for c in cells])
+    for row in result["seed_level"]:
+        row["borderline"] = result["sensitivity"]["borderline"].get(str(row["heads"]), False)
+    result["cross_entropy"] = _cross_entropy_tests(study_dir, {c: done[c] for c in cells}, factors, notes)
     return result, notes
+
+
+def _tests_entry(tests: S.HeadCountTests, cells: list[S.Cell], values, factors: dict) -> dict:
+    """seed_level (each h against h=8), trend, residual_sd and df of one measure's tests."""
+    return {
+        "seed_level": [
+            _seed_level_test(h, t, tests, cells, values, factors) for h, t in tests.against_baseline.items()
+        ],
+        "trend": None if tests.trend is None else _trend(tests.trend, cells),
+        "residual_sd": None if tests.residual_sd is None else round(tests.residual_sd, 4),
+        "df": tests.df,
+    }
+
+
+CROSS_ENTROPY_SOURCES = {
+    "test": "test cross-entropy (nats per reference token, teacher-forced, no label smoothing) of eval; its "
+    "sentence noise, shared by the seeds of an h, computed exactly from each run's per-sentence values",
+    "validation": "validation cross-entropy (nats per reference token, no label smoothing) at the evaluated "
+    "checkpoint, from metrics.jsonl (these runs' eval wrote no per-sentence values): the test covers seed noise "
+    "on the validation sentences; the sentence noise shared by the seeds of an h is not included",
+}
+
+
+def _cross_entropy_tests(study_dir: Path, done: dict[S.Cell, RunRecord], factors: dict, notes: list[str]) -> dict:
+    """Each h against h=8 on per-token cross-entropy (lower is better), by the same h × seed-block test:
+    on the test set where every tested run's eval wrote per-sentence values, else on the validation set."""
+    cells = sorted(done)
+    per_sentence = [_read_nll(study_dir, done[c]) for c in cells]
+    if all(p is not None for p in per_sentence) and _one_tokenisation(per_sentence, notes):
+        source = "test"
+        nll, tokens = np.stack([p.nll for p in per_sentence]), np.stack([p.tokens for p in per_sentence])
+        values, covariance = nll.sum(axis=1) / tokens.sum(axis=1), S.cross_entropy_covariance(nll, tokens)
+    elif all(done[c].valid_nll is not None for c in cells):
+        source, covariance = "validation", None
+        values = np.array([done[c].valid_nll for c in cells])
+    else:
+        return {"source": None, "text": "no cross-entropy recorded for every tested run", "seed_level": []}
+    tests = S.head_count_tests(cells, values, covariance, BASELINE_HEADS, higher_is_better=False)
+    entry = _tests_entry(tests, cells, values, factors)
+    entry["leave_one_out"] = {
+        str(h): v
+        for h, v in leave_one_out(cells, values, covariance, tests, [done[c].name for c in cells])["by_heads"].items()
+    }
+    return {"source": source, "text": CROSS_ENTROPY_SOURCES[source], "unit": "nats per token", **entry}
+
+
+def _read_nll(study_dir: Path, run: RunRecord):
+    """The run's per-sentence test NLL (inference.likelihood), or None without a readable file."""
+    if run.test_nll_file is None:
+        return None
+    try:
+        return read_sentence_file((study_dir / run.test_nll_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _one_tokenisation(per_sentence: list, notes: list[str]) -> bool:
+    """Per-token values compare only under one tokenisation: every run's reference token counts agree."""
+    first = per_sentence[0].tokens
+    if all(len(p.tokens) == len(first) and np.array_equal(p.tokens, first) for p in per_sentence):
+        return True
+    notes.append(
+        "the runs' test references have different token counts (different tokenizers): per-token test "
+        "cross-entropy is not compared across them; the validation cross-entropy is used"
+    )
+    return False
 
 
 def _untested(n_samples: int) -> dict:
@@ -145,7 +214,7 @@ def _sentence_statistics(
 
 
 def _seed_level_test(
-    h: int, test: S.ContrastTest | None, tests: S.HeadCountTests, cells: list[S.Cell], bleu, factors: dict
+    h: int, test: S.ContrastTest | None, tests: S.HeadCountTests, cells: list[S.Cell], values, factors: dict
 ) -> dict:
     """One h against h=8 by the h × seed-block test (test: its ContrastTest, None with one seed per h)."""
     seeds = sorted(s for g, s in cells if g == h)
@@ -161,17 +230,13 @@ def _seed_level_test(
         "p_adjusted": None if tests.adjusted[h] is None else round(tests.adjusted[h], 4),
         "model_variance": None if test is None else round(test.model_variance, 4),
         "shared_sentence_variance": None if test is None else round(test.shared_variance, 4),
-        "verdict": S.verdict(test, tests.adjusted[h], LEVEL),
+        "verdict": S.verdict(test, tests.adjusted[h], LEVEL, tests.higher_is_better),
         "factors": factors[h],
         "baseline_factors": factors[BASELINE_HEADS],
     }
-    if test is None:  # one seed per h: no residual to test against; Δ is still the paired difference
-        pairs = [
-            bleu[cells.index((h, s))] - bleu[cells.index((BASELINE_HEADS, s))]
-            for s in seeds
-            if (BASELINE_HEADS, s) in cells
-        ]
-        level["mean_difference"] = round(float(np.mean(pairs)), 4) if pairs else None
+    if test is None:  # one seed per h: no residual to test against; Δ is still the fit's (paired) difference
+        delta = tests.differences.get(h)
+        level["mean_difference"] = None if delta is None else round(delta, 4)
     note = _factor_note(factors[h], factors[BASELINE_HEADS], h)
     if note:
         level["factor_note"] = note

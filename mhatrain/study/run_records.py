@@ -21,7 +21,7 @@ from ..core import provenance
 from ..core.config import head_size, load_config
 from ..core.errors import MhatrainError
 from ..core.files import portable_text, read_jsonl
-from ..core.rundir import CONFIG_FILE, METRICS_FILE, eval_path, read_eval, read_summary
+from ..core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, eval_path, read_eval, read_summary
 from ..data.sources import load_split, split_name
 from .record import EVAL_SPLITS, STUDY_FILE, Point, point_dirs, read_base_config, read_record, read_yaml, run_state
 
@@ -48,6 +48,10 @@ class RunRecord:
     updates: int | None = None  # the update of the evaluated checkpoint (while training: the last validated)
     trained_updates: int | None = None  # updates trained in all
     valid_ppl: float | None = None
+    valid_nll: float | None = None  # validation cross-entropy (nats/token) at the evaluated checkpoint (metrics.jsonl)
+    test_nll: float | None = None  # test cross-entropy (nats/token) of eval, where it wrote one
+    test_nll_file: str | None = None  # its per-sentence NLL and tokens, relative to the study directory
+    tested: bool = False  # finished and measured as the study measures (MEASURE): the runs the report counts
     valid_bleu: float | None = None
     test_bleu: float | None = None
     test_chrf: float | None = None
@@ -81,6 +85,10 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
         return record
     _read_summary(record, summary, valid_records)
     _read_evaluations(record, point, run_dir)
+    at_evaluated = [r for r in valid_records if r.get("step") == record.updates]
+    if at_evaluated:  # the validation of the evaluated checkpoint
+        record.valid_nll = at_evaluated[-1].get("valid_loss")
+    record.tested = record.status == "done" and record.test_hypotheses is not None and measured_as_chosen(record)
     return record
 
 
@@ -116,6 +124,10 @@ def _read_evaluations(record: RunRecord, point: Point, run_dir: Path) -> None:
     if test is None:
         return
     record.test_bleu, record.test_chrf = test.get("bleu"), test.get("chrf")
+    cross_entropy = test.get("cross_entropy") or {}
+    record.test_nll = cross_entropy.get("nats_per_token")
+    if cross_entropy.get("file") and (run_dir / EVAL_DIR / cross_entropy["file"]).is_file():
+        record.test_nll_file = (Path(point.name) / EVAL_DIR / cross_entropy["file"]).as_posix()
     record.bleu_signature = test.get("bleu_signature")
     if record.parameters is None:
         record.parameters = test.get("parameters")

@@ -352,6 +352,7 @@ class HeadCountTests:
     df: int
     higher_is_better: bool = True  # BLEU; False for cross-entropy
     differences: dict[int, float | None] | None = None  # Δ of every h against the baseline, tested or not
+    baseline: int | None = None  # the h every other h is compared with
 
 
 def head_count_tests(
@@ -378,7 +379,7 @@ def head_count_tests(
         trend = contrast_test(fit, weights, _shared(covariance, cells, weights))
     sd = math.sqrt(float(fit.residual_variance)) if fit.df > 0 else None
     differences = {h: contrast_estimate(fit, {h: 1.0, baseline: -1.0}) for h in others}
-    return HeadCountTests(tests, adjusted, trend, sd, fit.df, higher_is_better, differences)
+    return HeadCountTests(tests, adjusted, trend, sd, fit.df, higher_is_better, differences, baseline)
 
 
 def _shared(covariance: np.ndarray | None, cells: list[Cell], weights: dict[int, float]) -> float:
