@@ -8,16 +8,27 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from ..analysis.roles import study_role_measures, study_role_shares
 from ..core.config import head_size
 from ..core.files import read_json
 from .claims import PAPER_TABLE_3A
 from .comparison import BASELINE_HEADS
 from .run_records import RunRecord
-from .significance import seed_interval
+from .significance import contrast_estimate, fit_seed_blocks, seed_interval
 
-METRICS = ("valid_ppl", "valid_bleu", "test_bleu", "test_chrf", "train_seconds", "tokens_per_s")
-DIFFERENCE_METRICS = ("test_bleu", "valid_bleu", "valid_ppl", "test_chrf")  # in row["diff_to_h8"]
+METRICS = (
+    "valid_ppl",
+    "valid_nll",
+    "test_nll",
+    "valid_bleu",
+    "test_bleu",
+    "test_chrf",
+    "train_seconds",
+    "tokens_per_s",
+)
+DIFFERENCE_METRICS = ("test_bleu", "valid_bleu", "valid_ppl", "valid_nll", "test_nll", "test_chrf")  # row["diff_to_h8"]
 
 
 def rows_by_heads(study_dir: Path, grid: dict, runs: list[RunRecord], tests: dict) -> list[dict]:
@@ -25,9 +36,8 @@ def rows_by_heads(study_dir: Path, grid: dict, runs: list[RunRecord], tests: dic
     by_heads = [heads_row(h, [r for r in runs if r.heads == h], tests, grid["d_model"]) for h in grid["heads"]]
     for row in by_heads:
         row["head_analysis"] = head_analysis(study_dir, [r for r in runs if r.heads == row["heads"]])
-    base_row = next((row for row in by_heads if row["heads"] == BASELINE_HEADS), None)
-    for row in by_heads:
-        row["diff_to_h8"] = differences(row, base_row)
+    for row, diff in zip(by_heads, differences(by_heads, BASELINE_HEADS).values()):
+        row["diff_to_h8"] = diff
     return by_heads
 
 
@@ -45,24 +55,41 @@ def describe(values: dict[int, float]) -> dict:
 def heads_row(h: int, runs: list[RunRecord], tests: dict, d_model: int | None) -> dict:
     """The row of one h, from its runs (finished or not) and the tests (without diff_to_h8, head_analysis)."""
     done = [r for r in runs if r.status == "done"]
+    tested = [r for r in done if r.tested]  # every statistic below: the runs the tests use
     parameters = sorted({r.parameters for r in runs if r.parameters is not None})
-    test_bleu = [r.test_bleu for r in done if r.test_bleu is not None]
+    test_bleu = [r.test_bleu for r in tested if r.test_bleu is not None]
     return {
         "heads": h,
         "d_head": next((r.d_head for r in runs if r.d_head), head_size(d_model, h) if d_model else None),
         "parameters": parameters[0] if len(parameters) == 1 else (parameters or None),
         "runs_done": len(done),
+        "runs_tested": len(tested),
+        "left_out": [r.name for r in done if not r.tested],  # finished, but not measured as the study measures
         "runs": len(runs),
         "pending": [
             f"{r.name} ({r.status}{f', update {r.updates}' if r.status == 'training' and r.updates else ''})"
             for r in runs
             if r.status != "done"
         ],
-        **{metric: describe({r.seed: getattr(r, metric) for r in done}) for metric in METRICS},
-        "test_bleu_seed_ci95": seed_interval(test_bleu),
+        **{metric: describe({r.seed: getattr(r, metric) for r in tested}) for metric in METRICS},
+        "test_bleu_seed_ci95": bleu_interval(seed_interval(test_bleu)),
         "per_seed_tests": [t for t in tests["per_seed"] if t["heads"] == h],
         "seed_test": next((t for t in tests["seed_level"] if t["heads"] == h), None),
+        "cross_entropy": _cross_entropy(h, tested, tests.get("cross_entropy") or {}),
         "paper": _paper_row(h),
+    }
+
+
+def _cross_entropy(h: int, tested: list[RunRecord], tests: dict) -> dict:
+    """The h's per-token cross-entropy on the split its tests use (comparison.CROSS_ENTROPY_SOURCES), over
+    seeds, and its test against h=8."""
+    source = tests.get("source")
+    metric = {"test": "test_nll", "validation": "valid_nll"}.get(source)
+    values = describe({r.seed: getattr(r, metric) for r in tested}) if metric else describe({})
+    return {
+        "source": source,
+        **values,
+        "test": next((t for t in tests.get("seed_level") or [] if t["heads"] == h), None),
     }
 
 
@@ -102,16 +129,35 @@ def head_analysis(study_dir: Path, runs: list[RunRecord]) -> dict | None:
     }
 
 
-def differences(row: dict, base_row: dict | None) -> dict | None:
-    """Per metric, the mean over the seeds both h have finished of (this h − h=8): in a partial grid the
-    paired difference the significance tests are about, not the mean of some seeds minus that of others."""
-    if base_row is None or not base_row["runs_done"] or not row["runs_done"]:
-        return None
-    out = {}
+def differences(rows: list[dict], baseline: int) -> dict[int, dict | None]:
+    """Per h and metric, Δ = h − h=8 over the tested runs, as the h × seed-block fit of every h's runs
+    estimates it (significance.contrast_estimate): the one definition of Δ, the difference the tests are
+    about (with every h on the same seeds, the mean of per-seed differences). None for an h without
+    tested runs, or for every h without a tested baseline run."""
+    out: dict[int, dict | None] = {row["heads"]: None for row in rows}
+    base = next((row for row in rows if row["heads"] == baseline), None)
+    if base is None or not base["runs_tested"]:
+        return out
+    for row in rows:
+        if row["runs_tested"] and row["heads"] != baseline:
+            out[row["heads"]] = {}
+    out[baseline] = dict.fromkeys(DIFFERENCE_METRICS, 0.0)
     for metric in DIFFERENCE_METRICS:
-        ours, base = row[metric]["per_seed"], base_row[metric]["per_seed"]
-        pairs = [ours[s] - base[s] for s in ours if s in base and ours[s] is not None and base[s] is not None]
-        out[metric] = round(statistics.fmean(pairs), 2) if pairs else None
-    if row["seed_test"]:  # the same difference from unrounded BLEU, as the tests and the conclusion give it
-        out["test_bleu"] = row["seed_test"]["mean_difference"]
+        values = {
+            (row["heads"], int(seed)): v for row in rows for seed, v in row[metric]["per_seed"].items() if v is not None
+        }
+        fit = (
+            fit_seed_blocks(list(values), np.array(list(values.values())))
+            if baseline in {h for h, _ in values}
+            else None
+        )
+        for h, diff in out.items():
+            if diff is not None and h != baseline:
+                delta = None if fit is None or h not in fit.heads else contrast_estimate(fit, {h: 1.0, baseline: -1.0})
+                diff[metric] = None if delta is None else round(delta, 4)
     return out
+
+
+def bleu_interval(interval: tuple[float, float] | None) -> tuple[float, float] | None:
+    """An interval of BLEU levels, kept within BLEU's range [0, 100]."""
+    return None if interval is None else (max(0.0, interval[0]), min(100.0, interval[1]))

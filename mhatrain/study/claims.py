@@ -44,8 +44,86 @@ def claims(by_heads: list[dict], tests: dict) -> dict:
             "text": "single-head attention is 0.9 BLEU worse than the best setting (newstest2013 dev)",
         },
         "ours": ours,  # h=8 minus h=1, mean over seeds; None until both have a finished run
-        "conclusion": conclusion(by_heads, tests.get("trend"), tests.get("left_out")),
+        "conclusion": " ".join(
+            part
+            for part in (
+                cross_entropy_conclusion(by_heads, tests.get("cross_entropy") or {}),
+                seed_count_sentence(by_heads),
+                conclusion(by_heads, tests.get("trend"), tests.get("left_out")),
+            )
+            if part
+        ),
     }
+
+
+# ----------------------------------------------------------------------------- the primary measure
+
+
+SOURCE_WORDS = {
+    "test": "the test set (seed and test-sentence noise)",
+    "validation": "the validation set (seed noise on these sentences: no per-sentence values to add the sentence "
+    "noise the seeds of an h share)",
+}
+
+
+def cross_entropy_conclusion(by_heads: list[dict], tests: dict) -> str:
+    """The verdicts on per-token cross-entropy (the primary measure) and its trend, where tested."""
+    tested = [row for row in by_heads if (row.get("cross_entropy") or {}).get("test")]
+    if not tested or all(row["cross_entropy"]["test"].get("p_adjusted") is None for row in tested):
+        return ""
+    parts = []
+    for verdict in ("better", "worse", "no detectable difference"):
+        hs = [row for row in tested if row["cross_entropy"]["test"]["verdict"] == verdict]
+        if hs:
+            effects = _join(_ce_effect(row) for row in hs)
+            parts.append(
+                f"{_heads_list(hs)} {'is' if len(hs) == 1 else 'are'} {verdict} than h={BASELINE_HEADS} ({effects})"
+                if verdict != "no detectable difference"
+                else f"no detectable difference from h={BASELINE_HEADS} for {_heads_list(hs)} ({effects})"
+            )
+    text = (
+        f"Cross-entropy on {SOURCE_WORDS[tests['source']]}, the primary measure (nats per reference token, "
+        f"lower is better; same test, Holm-adjusted two-sided p < {LEVEL}): {'; '.join(parts)}."
+    )
+    trend = tests.get("trend")
+    if trend and trend["p_value"] < LEVEL:
+        low, high = trend["ci95"]
+        text += (
+            f" Cross-entropy {'rises' if trend['slope_per_doubling'] > 0 else 'falls'} by "
+            f"{abs(trend['slope_per_doubling']):.4f} nats per doubling of h (95% interval {low:+.4f} to {high:+.4f}, "
+            f"p {_p_text(trend['p_value'])})."
+        )
+    return text
+
+
+def seed_count_sentence(by_heads: list[dict]) -> str:
+    """In how many seeds h=1 did at least as well as h=8 of the same seed, on each measure."""
+    rows = {row["heads"]: row for row in by_heads}
+    if 1 not in rows or BASELINE_HEADS not in rows:
+        return ""
+    counts = []
+    for metric, name, better in (("valid_nll", "validation cross-entropy", min), ("test_bleu", "test BLEU", max)):
+        ours, base = rows[1][metric]["per_seed"], rows[BASELINE_HEADS][metric]["per_seed"]
+        seeds = [s for s in ours if s in base and ours[s] is not None and base[s] is not None]
+        if seeds:
+            wins = sum(better(ours[s], base[s]) == ours[s] for s in seeds)
+            counts.append(f"on {name} in {wins} of {len(seeds)}")
+    if not counts:
+        return ""
+    return f"Seed by seed, h=1 does at least as well as h={BASELINE_HEADS} of the same seed {' and '.join(counts)}."
+
+
+def _ce_effect(row: dict) -> str:
+    test = row["cross_entropy"]["test"]
+    if test.get("borderline"):
+        return f"h={row['heads']}: {test['mean_difference']:+.4f}, adjusted p {_p_text(test['p_adjusted'])}, borderline"
+    if test.get("p_adjusted") is None:
+        return f"h={row['heads']}: {test['mean_difference']:+.4f}"
+    return f"h={row['heads']}: {test['mean_difference']:+.4f}, adjusted p {_p_text(test['p_adjusted'])}"
+
+
+def _p_text(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
 
 
 # ----------------------------------------------------------------------------- the conclusion
@@ -147,7 +225,8 @@ def _effect(row: dict) -> str:
         return f"h={row['heads']}: no paired seed"
     if test.get("p_adjusted") is None:
         return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU"
-    return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU, adjusted p = {test['p_adjusted']:.3f}"
+    borderline = ", borderline: one run or the resampling seed changes it" if test.get("borderline") else ""
+    return f"h={row['heads']}: {test['mean_difference']:+.2f} BLEU, adjusted p = {test['p_adjusted']:.3f}{borderline}"
 
 
 def _join(items) -> str:

@@ -34,7 +34,8 @@ SIGNIFICANCE_METHOD = {
     "test sets); two-sided t-test with the residual degrees of freedom (analytic p, no resampling floor)",
     "correction": "Holm–Bonferroni over the comparisons against h=8 (raw and adjusted p reported)",
     "verdict": f"'better' or 'worse' only where the Holm-adjusted p of the h × seed-block test is < {LEVEL}; "
-    "otherwise 'no detectable difference' (always so with one seed per h: no residual degrees of freedom)",
+    "otherwise 'no detectable difference'; 'not tested' where the design leaves no residual degrees of freedom "
+    "(one seed per h): nothing measures the seed noise",
     "trend": "slope of BLEU against log2 h (BLEU per doubling of h): the least-squares line through the h effects "
     "of the same model, with the same noise terms; two-sided, not part of the Holm family",
     "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
@@ -121,6 +122,8 @@ def _cross_entropy_tests(study_dir: Path, done: dict[S.Cell, RunRecord], factors
         str(h): v
         for h, v in leave_one_out(cells, values, covariance, tests, [done[c].name for c in cells])["by_heads"].items()
     }
+    for row in entry["seed_level"]:
+        row["borderline"] = bool(entry["leave_one_out"][str(row["heads"])]["verdict_changes_without"])
     return {"source": source, "text": CROSS_ENTROPY_SOURCES[source], "unit": "nats per token", **entry}
 
 
@@ -230,7 +233,7 @@ def _seed_level_test(
         "p_adjusted": None if tests.adjusted[h] is None else round(tests.adjusted[h], 4),
         "model_variance": None if test is None else round(test.model_variance, 4),
         "shared_sentence_variance": None if test is None else round(test.shared_variance, 4),
-        "verdict": S.verdict(test, tests.adjusted[h], LEVEL, tests.higher_is_better),
+        "verdict": "not tested" if test is None else S.verdict(test, tests.adjusted[h], LEVEL, tests.higher_is_better),
         "factors": factors[h],
         "baseline_factors": factors[BASELINE_HEADS],
     }

@@ -12,7 +12,11 @@ HEADERS = [
     "h",
     "d_k",
     "parameters",
-    "runs",
+    "runs tested",
+    "cross-entropy",
+    "Δ cross-entropy vs h=8",
+    "p Holm (cross-entropy)",
+    "verdict (cross-entropy)",
     "valid PPL",
     "valid BLEU",
     "test BLEU",
@@ -34,6 +38,10 @@ SHORT_HEADERS = [  # the same columns as HEADERS, named for a log file or a pipe
     "d_k",
     "params",
     "runs",
+    "CE",
+    "Δ CE",
+    "CE p Holm",
+    "CE verdict",
     "val PPL",
     "val BLEU",
     "test BLEU",
@@ -50,7 +58,17 @@ SHORT_HEADERS = [  # the same columns as HEADERS, named for a log file or a pipe
     "train s",
     "tok/s",
 ]
-COMPACT_HEADERS = ["h", "runs", "test BLEU", f"Δ vs h={BASELINE_HEADS}", "adjusted p", "verdict"]
+COMPACT_HEADERS = [
+    "h",
+    "runs",
+    "Δ CE",
+    "CE p Holm",
+    "CE verdict",
+    "test BLEU",
+    "Δ BLEU",
+    "BLEU p Holm",
+    "BLEU verdict",
+]
 
 
 def row_cells(row: dict) -> list[str]:
@@ -62,13 +80,14 @@ def row_cells(row: dict) -> list[str]:
         str(row["heads"]),
         num(row["d_head"]),
         num(row["parameters"]) if not isinstance(row["parameters"], list) else "varies",
-        f"{row['runs_done']}/{row['runs']}",
+        runs_cell(row),
+        *_cross_entropy_cells(row),
         *_measured_cells(row),
         _difference_cell(row),
         interval(test.get("ci95")),
         p_value(test.get("p_value")),
         p_value(test.get("p_adjusted")),
-        MISSING if is_base else test.get("verdict", MISSING),
+        MISSING if is_base else verdict_text(test),
         num(paper.get("ppl")),
         num(paper.get("bleu"), 1),
         (MISSING if not paper else "baseline" if is_base else signed(paper["bleu_diff_to_h8"], 1)),
@@ -77,10 +96,38 @@ def row_cells(row: dict) -> list[str]:
     ]
 
 
+def runs_cell(row: dict) -> str:
+    """Tested runs of all, and how many finished runs are left out of the tests: '2/3, 1 left out'."""
+    left_out = len(row.get("left_out") or [])
+    return f"{row['runs_tested']}/{row['runs']}" + (f", {left_out} left out" if left_out else "")
+
+
+def verdict_text(test: dict) -> str:
+    """A test's verdict, marked where one run or the resampling seed could change it."""
+    if not test:
+        return MISSING
+    return test["verdict"] + (" (borderline)" if test.get("borderline") else "")
+
+
+def _cross_entropy_cells(row: dict) -> list[str]:
+    """Cross-entropy ± sd, Δ against h=8, Holm p and verdict (nats per token: 4 decimals)."""
+    ce = row.get("cross_entropy") or {}
+    test = ce.get("test") or {}
+    is_base = row["heads"] == BASELINE_HEADS
+    diff = row["diff_to_h8"] or {}
+    delta = diff.get({"test": "test_nll", "validation": "valid_nll"}.get(ce.get("source")))
+    return [
+        mean_sd(ce, 4) if ce.get("n") else MISSING,
+        "baseline" if is_base and row["diff_to_h8"] else (MISSING if delta is None else signed(delta, 4)),
+        MISSING if is_base else p_value(test.get("p_adjusted")),
+        MISSING if is_base else verdict_text(test),
+    ]
+
+
 def _measured_cells(row: dict) -> list[str]:
     """Validation PPL and BLEU, test BLEU with its interval over seeds, test chrF ('pending' before any run)."""
-    if not row["runs_done"]:
-        return ["pending"] * 5
+    if not row["runs_tested"]:
+        return ["pending" if not row["runs_done"] else MISSING] * 5
     return [
         mean_sd(row["valid_ppl"]),
         mean_sd(row["valid_bleu"]),
@@ -101,14 +148,18 @@ def _difference_cell(row: dict) -> str:
 def compact_cells(row: dict) -> list[str]:
     """One h in the terminal: h, runs, test BLEU ± sd, Δ, adjusted p, verdict (report.md has the rest)."""
     is_base = row["heads"] == BASELINE_HEADS
-    adjusted, verdict = verdict_of(row)
+    adjusted, _ = verdict_of(row)
+    ce_delta, _, ce_p, ce_verdict = _cross_entropy_cells(row)
     return [
         str(row["heads"]),
-        f"{row['runs_done']}/{row['runs']}",
-        mean_sd(row["test_bleu"]) if row["runs_done"] else "pending",
+        runs_cell(row),
+        ce_delta,
+        ce_p,
+        ce_verdict,
+        mean_sd(row["test_bleu"]) if row["runs_tested"] else "pending",
         _difference_cell(row),
         MISSING if is_base else p_value(adjusted),
-        MISSING if is_base or verdict is None else verdict,
+        MISSING if is_base else verdict_text(row["seed_test"]),
     ]
 
 

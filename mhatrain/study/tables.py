@@ -36,8 +36,10 @@ def signed(value, digits: int = 2) -> str:
 
 
 def p_value(value) -> str:
-    """A p-value to three decimals."""
-    return MISSING if value is None else f"{value:.3f}"
+    """A p-value to three decimals ('<0.001' below)."""
+    if value is None:
+        return MISSING
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def fraction(value: float | None) -> str:

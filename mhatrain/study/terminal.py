@@ -26,7 +26,7 @@ FULL_LEGEND = (
     "(seed and test-sentence noise); Holm: adjusted over the h compared; paper: Table 3 (A), "
     "newstest2013 dev (another data set and model size: compare shapes)."
 )
-LOG_WIDTH = 250  # a log file or a pipe has no width to respect: the full table, unwrapped
+LOG_WIDTH = 330  # a log file or a pipe has no width to respect: the full table, unwrapped
 
 
 def show(report: dict, console: Console) -> None:
