@@ -7,12 +7,13 @@ from __future__ import annotations
 import csv
 import io
 
-from .by_heads import METRICS
+from .by_heads import DIFFERENCE_METRICS, METRICS
 from .tables import blank
 
 STATISTICS = [(metric, stat) for metric in METRICS for stat in ("mean", "std")]  # column <metric>_<stat>
-DIFFERENCES = ("test_bleu", "valid_bleu", "valid_ppl")  # of row["diff_to_h8"]: column <metric>_diff_to_h8
-SEED_TEST_FIELDS = ("p_value", "p_adjusted", "std_error", "df", "verdict")  # of row["seed_test"], same names
+DIFFERENCES = DIFFERENCE_METRICS  # of row["diff_to_h8"]: column <metric>_diff_to_h8
+SEED_TEST_FIELDS = ("p_value", "p_adjusted", "std_error", "df", "verdict", "borderline")  # row["seed_test"]
+CE_TEST_FIELDS = ("mean_difference", "p_value", "p_adjusted", "verdict", "borderline")  # column ce_<field>
 PAPER_FIELDS = ("ppl", "bleu", "bleu_diff_to_h8")  # of row["paper"]: column paper_<field>
 
 RUN_FIELDS = (  # of a run (run_records.RunRecord), same names
@@ -27,6 +28,7 @@ RUN_FIELDS = (  # of a run (run_records.RunRecord), same names
     "trained_updates",
     "precision",
     "device",
+    "tested",
     *METRICS,
 )
 PER_SEED_TEST_COLUMNS = {  # column: field of the run's per-seed test against h=8 (comparison._per_seed_tests)
@@ -50,6 +52,7 @@ def _per_heads_csv(by_heads: list[dict]) -> str:
             "d_k",
             "parameters",
             "runs_done",
+            "runs_tested",
             "runs",
             *[f"{metric}_{stat}" for metric, stat in STATISTICS],
             "test_bleu_seed_ci95_low",
@@ -58,6 +61,10 @@ def _per_heads_csv(by_heads: list[dict]) -> str:
             "test_bleu_diff_ci95_low",
             "test_bleu_diff_ci95_high",
             *SEED_TEST_FIELDS,
+            "ce_split",
+            "ce_diff_ci95_low",
+            "ce_diff_ci95_high",
+            *[f"ce_{name}" for name in CE_TEST_FIELDS],
             *[f"paper_{name}" for name in PAPER_FIELDS],
         ]
     )
@@ -69,17 +76,23 @@ def _per_heads_csv(by_heads: list[dict]) -> str:
 def _heads_values(row: dict) -> list:
     """One h's values, in the columns of _per_heads_csv."""
     diff, paper, test = row["diff_to_h8"] or {}, row["paper"] or {}, row["seed_test"] or {}
+    ce = row.get("cross_entropy") or {}
+    ce_test = ce.get("test") or {}
     return [
         row["heads"],
         row["d_head"],
         row["parameters"] if not isinstance(row["parameters"], list) else "",
         row["runs_done"],
+        row["runs_tested"],
         row["runs"],
         *[blank(row[metric][stat]) for metric, stat in STATISTICS],
         *(row["test_bleu_seed_ci95"] or ["", ""]),
         *[blank(diff.get(metric)) for metric in DIFFERENCES],
         *(test.get("ci95") or ["", ""]),
         *[blank(test.get(name)) for name in SEED_TEST_FIELDS],
+        blank(ce.get("source")),
+        *(ce_test.get("ci95") or ["", ""]),
+        *[blank(ce_test.get(name)) for name in CE_TEST_FIELDS],
         *[blank(paper.get(name)) for name in PAPER_FIELDS],
     ]
 

@@ -13,6 +13,7 @@ A study varied over other settings has one such grid per cell (regimes.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,36 +118,72 @@ def write(report: dict, study_dir: Path) -> list[Path]:
 
 
 def plot(report: dict, path: Path) -> None:
-    """report.png: test BLEU and validation perplexity against h, each seed a point, beside the paper's."""
-    runs = [r for r in report["runs"] if r["status"] == "done"]
-
-    def ours(metric: str) -> dict[int, list[float]]:
-        values: dict[int, list[float]] = {}
-        for run in runs:
-            if run[metric] is not None:
-                values.setdefault(run["heads"], []).append(run[metric])
-        return values
-
-    panels = [
-        {
-            "label": "test BLEU",
-            "ours": ours("test_bleu"),
-            "paper": {h: v["bleu"] for h, v in PAPER_TABLE_3A.items()},
-            "paper_label": "paper, Table 3 (A): BLEU on newstest2013",
-        },
-        {
-            "label": "validation perplexity",
-            "ours": ours("valid_ppl"),
-            "paper": {h: v["ppl"] for h, v in PAPER_TABLE_3A.items()},
-            "paper_label": "paper, Table 3 (A): perplexity on newstest2013",
-        },
-    ]
+    """report.png: Δ of cross-entropy and of test BLEU against h, as the report's tables give them, beside
+    the paper's (plot_panels)."""
     head_count_plot(
-        panels,
+        plot_panels(report),
         path,
-        f"Head count (d_k = d_model / h): {report['study_dir']} — {report['runs_done']}/{report['runs_total']} runs",
+        f"Head count (d_k = d_model / h): {report['study_dir']} — "
+        f"{sum(row['runs_tested'] for row in report['by_heads'])} runs tested of {report['runs_total']}",
         BASELINE_HEADS,
     )
+
+
+PLOTTED = (  # (measure in by_heads rows, its test, label, the paper's counterpart as a function of its row)
+    ("cross_entropy", "cross-entropy (nats/token)", lambda paper: math.log(paper["ppl"])),
+    ("test_bleu", "test BLEU", lambda paper: paper["bleu"]),
+)
+
+
+def plot_panels(report: dict) -> list[dict]:
+    """The figure's numbers, taken from the report's rows (by_heads): Δ and its interval as the tables
+    show them, each tested seed's and each left-out run's difference to h=8 of the same seed."""
+    rows = {row["heads"]: row for row in report["by_heads"]}
+    runs = report["runs"]
+    source = (report["significance"].get("cross_entropy") or {}).get("source")
+    panels = []
+    for measure, label, paper_value in PLOTTED:
+        metric = {"test": "test_nll", "validation": "valid_nll"}.get(source) if measure == "cross_entropy" else measure
+        test_of = (
+            (lambda row: (row["cross_entropy"] or {}).get("test"))
+            if measure == "cross_entropy"
+            else (lambda row: row["seed_test"])
+        )
+        if metric is None:
+            continue
+        base = rows.get(BASELINE_HEADS)
+        delta = {
+            h: row["diff_to_h8"][metric]
+            for h, row in rows.items()
+            if row["diff_to_h8"] and row["diff_to_h8"][metric] is not None
+        }
+        panels.append(
+            {
+                "label": label if measure == "test_bleu" else f"{'test' if source == 'test' else 'validation'} {label}",
+                "delta": delta,
+                "interval": {h: (test_of(row) or {}).get("ci95") for h, row in rows.items() if h != BASELINE_HEADS},
+                "seeds": _paired(runs, metric, tested=True),
+                "left_out": _paired(runs, metric, tested=False),
+                "level": "—" if base is None or base[metric]["mean"] is None else f"{base[metric]['mean']:.4g}",
+                "paper": {h: paper_value(v) for h, v in PAPER_TABLE_3A.items()},
+                "paper_label": "paper, Table 3 (A), newstest2013: "
+                + ("BLEU" if measure == "test_bleu" else "ln(perplexity per word-piece)"),
+            }
+        )
+    return panels
+
+
+def _paired(runs: list[dict], metric: str, tested: bool) -> dict[int, list[float]]:
+    """Per h, each finished run's value minus that of the tested h=8 run of its seed (tested: the runs the
+    tests use; else the finished runs they leave out)."""
+    base = {
+        r["seed"]: r[metric] for r in runs if r["heads"] == BASELINE_HEADS and r["tested"] and r[metric] is not None
+    }
+    out: dict[int, list[float]] = {}
+    for run in runs:
+        if run["status"] == "done" and run["tested"] == tested and run[metric] is not None and run["seed"] in base:
+            out.setdefault(run["heads"], []).append(run[metric] - base[run["seed"]])
+    return out
 
 
 def _study_curves(study_dir: Path) -> Path | None:

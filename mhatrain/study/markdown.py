@@ -116,15 +116,20 @@ def _conclusion_section(report: dict) -> list[str]:
 def _by_heads_section(report: dict) -> list[str]:
     """The table of one row per h (heads_table.py) and what its columns mean."""
     return [
-        "## By number of heads (mean ± std over seeds)",
+        "## By number of heads (mean ± std over the tested seeds)",
         "",
         md_table(HEADERS, [row_cells(row) for row in report["by_heads"]]),
         "",
+        "Every number comes from the runs the tests use (runs tested); a finished run left out of them is "
+        "counted as left out and shown only in the table of runs. Cross-entropy: nats per reference token "
+        "(teacher-forced, no label smoothing) on the split named in the tests below, the primary measure. "
         "PPL: validation perplexity per subword token at the evaluated (best) checkpoint (the paper's is per "
         "word-piece on WMT14 newstest2013). BLEU and chrF: sacreBLEU on detokenised output of the best "
         "checkpoint, beam search as in decode.beam / decode.alpha. 95% interval over seeds: mean ± t(n−1)·sd/√n. "
-        "Δ: h minus h=8 as the h × seed-block test estimates it, over the points that meet the measure: the mean of "
-        "the per-seed differences where both h have the same seeds (the difference the tests are about). "
+        "Δ (every measure): h minus h=8 as the h × seed-block fit of all tested runs estimates it, the "
+        "difference the tests are about: within-seed differences, with each seed's effect estimated from "
+        "every h (with every h on the same seeds, the mean of per-seed differences). A verdict marked "
+        "borderline changes when one run is left out, or (BLEU) with another resampling seed (see below). "
         "p: two-sided tests against h=8, raw and Holm-adjusted over the h compared (see below). The paper's "
         "numbers are on another data set and model size: compare the shape of the curve and the differences "
         "to h=8, not the levels.",
@@ -143,9 +148,12 @@ RUN_HEADERS = [
     "trained updates",
     "precision · device",
     "valid PPL",
+    "valid cross-entropy",
+    "test cross-entropy",
     "valid BLEU",
     "test BLEU",
     "test chrF",
+    "in the tests",
     "train s",
     "tokens/s",
 ]
@@ -168,9 +176,12 @@ def _run_cells(run: dict) -> list[str]:
         num(run.get("trained_updates")),
         f"{run.get('precision') or MISSING} · {run.get('device') or MISSING}",
         num(run["valid_ppl"], 3),
+        num(run.get("valid_nll"), 4),
+        num(run.get("test_nll"), 4),
         num(run["valid_bleu"]),
         num(run["test_bleu"]),
         num(run["test_chrf"]),
+        "yes" if run.get("tested") else ("left out" if run["status"] == "done" else MISSING),
         num(run["train_seconds"], 1),
         num(run["tokens_per_s"], 0),
     ]
@@ -189,8 +200,10 @@ def _significance_section(report: dict) -> list[str]:
             f"same seed.",
             "",
         ]
+    out += _cross_entropy_lines(sig.get("cross_entropy") or {})
     out += _seed_level_lines(sig)
     out += _trend_lines(sig.get("trend"))
+    out += _sensitivity_lines(sig.get("sensitivity"), {str(t["heads"]): t for t in sig["seed_level"]})
     out += _per_seed_lines(sig)
     out += [f"Methods ({sig['samples']} resamples of the test sentences, numpy seed {sig['bootstrap_seed']}):", ""]
     return out + [f"- {name.replace('_', ' ')}: {text}" for name, text in sig["method"].items()] + [""]
@@ -220,7 +233,7 @@ def _seed_level_lines(sig: dict) -> list[str]:
             interval(t["ci95"]),
             p_value(t["p_value"]),
             p_value(t["p_adjusted"]),
-            t["verdict"],
+            t["verdict"] + (" (borderline)" if t.get("borderline") else ""),
             num(t["model_variance"], 3),
             num(t["shared_sentence_variance"], 3),
             factor_text(t["factors"]),
@@ -240,6 +253,92 @@ def _seed_level_lines(sig: dict) -> list[str]:
         "",
         *factor_notes,
         *([""] if factor_notes else []),
+    ]
+
+
+CE_HEADERS = [
+    "h",
+    "seeds",
+    f"Δ cross-entropy vs h={BASELINE_HEADS} (nats/token)",
+    "95% interval of Δ",
+    "p",
+    "p Holm",
+    "verdict",
+    "p Holm, one run left out (range)",
+    "verdict changes without",
+]
+
+
+def _cross_entropy_lines(ce: dict) -> list[str]:
+    """The primary measure's test of each h against h=8 (lower is better), its trend, and its split."""
+    if not ce.get("seed_level"):
+        return []
+    rows = [
+        [
+            str(t["heads"]),
+            ",".join(map(str, t["seeds"])),
+            signed(t["mean_difference"], 4),
+            interval(t["ci95"], 4),
+            p_value(t["p_value"]),
+            p_value(t["p_adjusted"]),
+            t["verdict"] + (" (borderline)" if t.get("borderline") else ""),
+            interval((ce["leave_one_out"].get(str(t["heads"])) or {}).get("p_holm_leave_one_out"), 3),
+            ", ".join((ce["leave_one_out"].get(str(t["heads"])) or {}).get("verdict_changes_without") or []) or "none",
+        ]
+        for t in ce["seed_level"]
+    ]
+    trend = ce.get("trend")
+    out = [
+        f"Cross-entropy, the primary measure: {ce['text']}. Same h × seed-block test as BLEU below; lower is better.",
+        "",
+        md_table(CE_HEADERS, rows),
+        "",
+        f"Residual standard deviation of the fit: {num(ce.get('residual_sd'), 4)} nats/token, {ce.get('df')} "
+        f"degrees of freedom.",
+        "",
+    ]
+    if trend:
+        out += [
+            f"Trend against log2 h: {signed(trend['slope_per_doubling'], 4)} nats/token per doubling of h, 95% "
+            f"interval {interval(trend['ci95'], 4)}, two-sided p = {trend['p_value']:.2g}.",
+            "",
+        ]
+    return out
+
+
+SENSITIVITY_HEADERS = [
+    "h",
+    "p Holm",
+    "p Holm over other resampling seeds",
+    "p Holm, one run left out (range)",
+    "verdict changes without",
+    "borderline",
+]
+
+
+def _sensitivity_lines(sensitivity: dict | None, tests: dict[str, dict]) -> list[str]:
+    """How firmly each BLEU verdict stands: other resampling seeds of the shared sentence term, and each
+    tested run left out in turn (sensitivity.py)."""
+    if not sensitivity:
+        return []
+    rows = [
+        [
+            h,
+            p_value((tests.get(h) or {}).get("p_adjusted")),
+            interval(entry["p_holm_resampled"], 3),
+            interval(entry["p_holm_leave_one_out"], 3),
+            ", ".join(entry["verdict_changes_without"]) or "none",
+            "yes" if sensitivity["borderline"].get(h) else "no",
+        ]
+        for h, entry in sensitivity["by_heads"].items()
+    ]
+    return [
+        f"How firmly the BLEU verdicts stand: the Holm-adjusted p over {sensitivity['resampling_seeds']} other "
+        "seeds of the sentence resampling behind the shared term, and with each tested run left out in turn. "
+        "A verdict that either changes is borderline.",
+        "",
+        md_table(SENSITIVITY_HEADERS, rows),
+        "",
     ]
 
 

@@ -27,10 +27,11 @@ from .record import EVAL_SPLITS, STUDY_FILE, Point, point_dirs, read_base_config
 
 MEASURE = {
     "name": "loss-selected checkpoint",
-    "text": "test BLEU of the checkpoint with the lowest validation loss (train.early_stop_metric: loss; the last "
-    "checkpoint at the fixed budget whenever the loss still falls). A checkpoint chosen by the noisy greedy "
-    "validation BLEU can be picked early by chance and biases a comparison; the validation loss ranks "
-    "checkpoints smoothly. Points whose evaluated checkpoint is another one are left out of the tests.",
+    "text": "each run counts at its checkpoint with the lowest validation loss (train.early_stop_metric: loss; the "
+    "last checkpoint at the fixed budget whenever the loss still falls): its test BLEU and its cross-entropy. A "
+    "checkpoint chosen by the noisy greedy validation BLEU can be picked early by chance and biases a comparison; "
+    "the validation loss ranks checkpoints smoothly. Runs whose evaluated checkpoint is another one are left out "
+    "of the tests and of every number the report gives per h.",
 }
 
 

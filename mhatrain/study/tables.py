@@ -52,9 +52,9 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{value:.0%}"
 
 
-def interval(ci: list[float] | None) -> str:
-    """A 95% interval [low, high] to two decimals."""
-    return MISSING if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+def interval(ci: list[float] | None, digits: int = 2) -> str:
+    """A 95% interval [low, high] to two decimals (or `digits`)."""
+    return MISSING if not ci else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
 def blank(value):
