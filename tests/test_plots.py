@@ -24,26 +24,35 @@ def _inside(limits: tuple[float, float], values) -> bool:
 
 
 def test_head_count_figure_draws_ours_and_the_paper_as_differences_on_one_axis():
-    ours = {1: [37.3, 37.8, 37.5], 8: [37.0, 36.3, 36.5], 32: [35.9, 34.3, 34.3]}
+    seeds = {1: [0.7, 1.2, 0.9], 32: [-1.1, -2.0, -2.4]}  # each seed's difference to h=8 of its seed
+    delta = {1: 0.93, 8: 0.0, 32: -1.83}
     paper = {1: 24.9, 8: 25.8, 32: 25.4}
-    panel = {"label": "test BLEU", "ours": ours, "paper": paper, "paper_label": "paper"}
+    panel = {
+        "label": "test BLEU",
+        "delta": delta,
+        "interval": {1: [0.2, 1.66], 32: [-3.1, -0.56]},
+        "seeds": seeds,
+        "left_out": {32: [-3.5]},
+        "level": "36.7",
+        "paper": paper,
+        "paper_label": "paper",
+    }
     fig, _, _ = head_count_figure([panel, {**panel, "label": "again"}], "title", baseline=8)
     axes = fig.axes
     assert len(axes) == 2  # no twin axes: one y scale per panel, ours and the paper's on it
     ax = axes[0]
-    zero = np.mean(ours[8])
-    seeds = [v - zero for h in ours for v in ours[h]]
     paper_delta = [paper[h] - paper[8] for h in paper]
-    assert _inside(ax.get_ylim(), seeds + paper_delta)
+    assert _inside(ax.get_ylim(), [v for vs in seeds.values() for v in vs] + paper_delta + [-3.5, -3.1, 1.66])
     (paper_line,) = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
     np.testing.assert_allclose(np.asarray(paper_line.get_ydata(), float), paper_delta)
-    means = np.asarray([line for line in ax.get_lines() if line.get_marker() == "o"][0].get_ydata(), float)
-    np.testing.assert_allclose(means, [np.mean(ours[h]) - zero for h in sorted(ours)])
-    assert means[sorted(ours).index(8)] == pytest.approx(0.0)  # the baseline sits on the zero line
+    ours = np.asarray([line for line in ax.get_lines() if line.get_marker() == "o"][0].get_ydata(), float)
+    np.testing.assert_allclose(ours, [delta[h] for h in sorted(delta)])  # Δ as the tests give it
+    hollow = [c for c in ax.collections if type(c).__name__ == "PathCollection" and not len(c.get_facecolor())]
+    assert [tuple(c.get_offsets()[0]) for c in hollow] == [(32.0, -3.5)]  # the left-out run, marked as such
 
 
 def test_head_count_figure_without_a_baseline_run_says_so():
-    panel = {"label": "test BLEU", "ours": {1: [30.0]}, "paper": {1: 24.9, 8: 25.8}}
+    panel = {"label": "test BLEU", "delta": {}, "seeds": {1: [30.0]}, "paper": {1: 24.9, 8: 25.8}}
     fig, _, _ = head_count_figure([panel], "title", baseline=8)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "no finished h=8 run yet" in texts

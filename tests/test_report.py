@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
 
+import numpy as np
 import pytest
 from rich.console import Console
 
+from mhatrain.study.by_heads import bleu_interval
+from mhatrain.study.figures import head_count_figure
+from mhatrain.study.grid_report import plot_panels
 from mhatrain.study.terminal import show
 
 from .conftest import ROOT
@@ -47,11 +52,14 @@ def test_the_terminal_table_shows_every_h_and_its_verdict(report, width):
     assert list(rows) == [str(row["heads"]) for row in report["by_heads"]]
     for row in report["by_heads"]:
         cells = rows[str(row["heads"])]
-        assert f"{row['runs_done']}/{row['runs']}" in cells
-        assert f"{row['test_bleu']['mean']:.2f} ± {row['test_bleu']['std']:.2f}" in cells
-        verdict = (row["seed_test"] or {}).get("verdict")
-        if verdict is not None:
-            assert " ".join(cells).count(verdict) == 1
+        assert cells[1].startswith(f"{row['runs_tested']}/{row['runs']}")
+        assert (" (1 out)" in cells[1]) == bool(row["left_out"])
+        if row["heads"] != 8:
+            assert float(cells[2]) == pytest.approx(row["cross_entropy"]["test"]["mean_difference"], abs=5e-5)
+            assert float(cells[5]) == pytest.approx(row["seed_test"]["mean_difference"], abs=0.005)
+            for cell, test in ((cells[4], row["cross_entropy"]["test"]), (cells[7], row["seed_test"])):
+                assert cell.rstrip("*").replace("no diff.", "no detectable difference") == test["verdict"]
+                assert cell.endswith("*") == test["borderline"]
     assert len({tuple(cells) for cells in rows.values()}) == len(rows)
 
 
@@ -61,10 +69,12 @@ def test_the_terminal_table_names_its_columns_and_points_to_the_full_one(report)
     assert re.findall(r"┃\s*([^┃]*?)\s*(?=┃)", header) == [
         "h",
         "runs",
-        "test BLEU",
-        "Δ vs h=8",
-        "adjusted p",
-        "verdict",
+        "Δ CE",
+        "p Holm",
+        "CE",
+        "Δ BLEU",
+        "p Holm",
+        "BLEU",
     ]
     assert "report.md" in text
     assert f"Head-count study: {report['study_dir']}" in text
@@ -103,3 +113,66 @@ def _answer_rows(answer: str) -> dict[str, list[str]]:
         if line.startswith("| ") and cells[0].isdigit():
             rows[cells[0]] = [cells[0], cells[2], cells[3].replace("−", "-").replace("+", ""), cells[4], cells[5]]
     return rows
+
+
+def md_rows(text: str, header_start: str) -> tuple[list[str], dict[str, list[str]]]:
+    """A report.md table's header and its rows by first cell (h), found by the header's first cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    return header, rows
+
+
+def test_the_figure_the_tables_and_report_json_tell_one_story(report):
+    """report.png plots what report.json, report.md, report.csv and the terminal give: the same Δ per h for
+    both measures, over the same runs; a left-out run is drawn only as such."""
+    study = COMMITTED_REPORT.parent
+    panels = plot_panels(report)
+    fig, _, _ = head_count_figure(panels, "title", baseline=8)
+    md_header, md = md_rows((study / "report.md").read_text(encoding="utf-8"), "| h | d_k |")
+    csv_rows = {r["heads"]: r for r in csv.DictReader((study / "report.csv").open(encoding="utf-8"))}
+    terminal = table_rows(shown(report, 100))
+    columns = {  # measure: (its Δ column in report.md, in report.csv, its test in a row, in the terminal)
+        "validation cross-entropy (nats/token)": ("Δ cross-entropy vs h=8", "valid_nll_diff_to_h8", 2),
+        "test BLEU": ("Δ test BLEU vs h=8", "test_bleu_diff_to_h8", 5),
+    }
+    assert [p["label"] for p in panels] == list(columns)
+    for ax, panel in zip(fig.axes, panels):
+        md_column, csv_column, terminal_column = columns[panel["label"]]
+        ours = next(line for line in ax.get_lines() if line.get_marker() == "o")
+        plotted = dict(zip(np.asarray(ours.get_xdata(), int), np.asarray(ours.get_ydata(), float)))
+        for row in report["by_heads"]:
+            h = row["heads"]
+            test = (row["cross_entropy"]["test"] if "cross" in panel["label"] else row["seed_test"]) or {}
+            expected = 0.0 if h == 8 else test["mean_difference"]
+            digits = 4 if "cross" in panel["label"] else 2
+            assert plotted[h] == pytest.approx(expected, abs=1e-4), (panel["label"], h)
+            if h != 8:
+                assert float(md[str(h)][md_header.index(md_column)]) == pytest.approx(expected, abs=0.6 * 10**-digits)
+                assert float(csv_rows[str(h)][csv_column]) == pytest.approx(expected, abs=1e-3)
+                assert float(terminal[str(h)][terminal_column]) == pytest.approx(expected, abs=0.6 * 10**-digits)
+                low, high = test["ci95"]  # the error bar is the test's interval
+                assert panel["interval"][h] == [low, high]
+        dots = sum(len(v) for v in panel["seeds"].values())
+        hollow = sum(len(v) for v in panel["left_out"].values())
+        tested = sum(row["runs_tested"] for row in report["by_heads"]) - report["by_heads"][2]["runs_tested"]
+        assert dots == tested  # every tested run of every h but h=8, paired with h=8 of its seed
+        assert hollow == len(report["significance"]["left_out"]) == 2
+    for row in report["by_heads"]:
+        assert md[str(row["heads"])][md_header.index("runs tested")].startswith(f"{row['runs_tested']}/")
+        tested = [r for r in report["runs"] if r["heads"] == row["heads"] and r["tested"]]
+        assert row["test_bleu"]["n"] == len(tested) == row["runs_tested"]  # the mean is over the tested runs
+
+
+def test_no_level_interval_of_bleu_leaves_its_range(report):
+    for row in report["by_heads"]:
+        if row["test_bleu_seed_ci95"]:
+            low, high = row["test_bleu_seed_ci95"]
+            assert 0.0 <= low <= high <= 100.0
+    assert bleu_interval((86.08, 111.11)) == (86.08, 100.0)

@@ -38,6 +38,8 @@ def rows_by_heads(study_dir: Path, grid: dict, runs: list[RunRecord], tests: dic
         row["head_analysis"] = head_analysis(study_dir, [r for r in runs if r.heads == row["heads"]])
     for row, diff in zip(by_heads, differences(by_heads, BASELINE_HEADS).values()):
         row["diff_to_h8"] = diff
+        if diff and row["seed_test"] and row["seed_test"]["mean_difference"] is not None:
+            diff["test_bleu"] = row["seed_test"]["mean_difference"]  # the same fit, from unrounded BLEU
     return by_heads
 
 

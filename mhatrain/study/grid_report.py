@@ -174,14 +174,15 @@ def plot_panels(report: dict) -> list[dict]:
 
 
 def _paired(runs: list[dict], metric: str, tested: bool) -> dict[int, list[float]]:
-    """Per h, each finished run's value minus that of the tested h=8 run of its seed (tested: the runs the
-    tests use; else the finished runs they leave out)."""
+    """Per h other than h=8, each finished run's value minus that of the tested h=8 run of its seed
+    (tested: the runs the tests use; else the finished runs they leave out)."""
     base = {
         r["seed"]: r[metric] for r in runs if r["heads"] == BASELINE_HEADS and r["tested"] and r[metric] is not None
     }
     out: dict[int, list[float]] = {}
     for run in runs:
-        if run["status"] == "done" and run["tested"] == tested and run[metric] is not None and run["seed"] in base:
+        paired = run["heads"] != BASELINE_HEADS and run["seed"] in base and run[metric] is not None
+        if paired and run["status"] == "done" and run["tested"] == tested:
             out.setdefault(run["heads"], []).append(run[metric] - base[run["seed"]])
     return out
 

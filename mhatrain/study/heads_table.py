@@ -58,17 +58,8 @@ SHORT_HEADERS = [  # the same columns as HEADERS, named for a log file or a pipe
     "train s",
     "tok/s",
 ]
-COMPACT_HEADERS = [
-    "h",
-    "runs",
-    "Δ CE",
-    "CE p Holm",
-    "CE verdict",
-    "test BLEU",
-    "Δ BLEU",
-    "BLEU p Holm",
-    "BLEU verdict",
-]
+COMPACT_HEADERS = ["h", "runs", "Δ CE", "p Holm", "CE", "Δ BLEU", "p Holm", "BLEU"]
+COMPACT_VERDICTS = {"no detectable difference": "no diff.", "not tested": "untested"}  # "*": borderline
 
 
 def row_cells(row: dict) -> list[str]:
@@ -146,21 +137,28 @@ def _difference_cell(row: dict) -> str:
 
 
 def compact_cells(row: dict) -> list[str]:
-    """One h in the terminal: h, runs, test BLEU ± sd, Δ, adjusted p, verdict (report.md has the rest)."""
+    """One h in the terminal: h, runs, Δ cross-entropy, its adjusted p and verdict, the same for test
+    BLEU (verdicts abbreviated, * borderline; report.md has the rest)."""
     is_base = row["heads"] == BASELINE_HEADS
     adjusted, _ = verdict_of(row)
-    ce_delta, _, ce_p, ce_verdict = _cross_entropy_cells(row)
+    _, ce_delta, ce_p, _ = _cross_entropy_cells(row)
+    left_out = len(row.get("left_out") or [])
     return [
         str(row["heads"]),
-        runs_cell(row),
-        ce_delta,
+        f"{row['runs_tested']}/{row['runs']}" + (f" ({left_out} out)" if left_out else ""),
+        "base" if is_base else ce_delta,
         ce_p,
-        ce_verdict,
-        mean_sd(row["test_bleu"]) if row["runs_tested"] else "pending",
-        _difference_cell(row),
+        MISSING if is_base else _compact_verdict((row.get("cross_entropy") or {}).get("test")),
+        "base" if is_base else _difference_cell(row),
         MISSING if is_base else p_value(adjusted),
-        MISSING if is_base else verdict_text(row["seed_test"]),
+        MISSING if is_base else _compact_verdict(row["seed_test"]),
     ]
+
+
+def _compact_verdict(test: dict | None) -> str:
+    if not test:
+        return MISSING
+    return COMPACT_VERDICTS.get(test["verdict"], test["verdict"]) + ("*" if test.get("borderline") else "")
 
 
 def status_line(report: dict) -> str:

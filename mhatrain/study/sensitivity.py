@@ -56,9 +56,7 @@ def leave_one_out(
     """Per h, the range of its Holm-adjusted p with each tested run left out in turn, and the runs whose
     removal changes its verdict."""
     baseline = tests.baseline
-    said = {
-        h: S.verdict(t, tests.adjusted[h], LEVEL, tests.higher_is_better) for h, t in tests.against_baseline.items()
-    }
+    said = {h: _said(tests, h) for h in tests.adjusted}
     ranges: dict[int, list[float]] = {h: [] for h in tests.adjusted}
     changes: dict[int, list[str]] = {h: [] for h in tests.adjusted}
     for i in range(len(cells)):
@@ -70,8 +68,7 @@ def leave_one_out(
             p = other.adjusted.get(h)
             if p is not None:
                 ranges[h].append(p)
-            now = S.verdict(other.against_baseline.get(h), p, LEVEL, tests.higher_is_better)
-            if now != said[h]:
+            if _said(other, h) != said[h]:
                 changes[h].append(names[i])
     return {
         "by_heads": {
@@ -82,3 +79,11 @@ def leave_one_out(
             for h in tests.adjusted
         }
     }
+
+
+def _said(tests: S.HeadCountTests, h: int) -> str:
+    """The verdict on h, 'not tested' where the design (or a run left out) leaves no test of it."""
+    test = tests.against_baseline.get(h)
+    if test is None:
+        return "not tested"
+    return S.verdict(test, tests.adjusted.get(h), LEVEL, tests.higher_is_better)

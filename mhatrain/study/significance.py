@@ -369,7 +369,9 @@ def head_count_tests(
     module docstring."""
     fit = fit_seed_blocks(cells, values)
     others = [h for h in fit.heads if h != baseline]
-    tests: dict[int, ContrastTest | None] = {}
+    tests: dict[int, ContrastTest | None] = dict.fromkeys(others)
+    if baseline not in fit.heads:  # nothing to compare with
+        return HeadCountTests(tests, dict.fromkeys(others), None, None, fit.df, higher_is_better, dict(tests), baseline)
     for h in others:
         tests[h] = contrast_test(fit, {h: 1.0, baseline: -1.0}, _shared(covariance, cells, {h: 1.0, baseline: -1.0}))
     adjusted = dict(zip(others, holm([None if tests[h] is None else tests[h].p_value for h in others])))

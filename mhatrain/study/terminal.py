@@ -15,10 +15,12 @@ from .heads_table import COMPACT_HEADERS, SHORT_HEADERS, compact_cells, row_cell
 from .tables import signed
 
 COMPACT_LEGEND = (
-    f"Δ: test BLEU of h minus h={BASELINE_HEADS} as the test estimates it, over the runs that meet the "
-    f"study's checkpoint measure; adjusted p: two-sided, against h={BASELINE_HEADS} over seeds and test "
-    f"sentences, adjusted over the h compared; verdict: what that test allows. The full table "
-    f"(perplexity, chrF, every test, the paper's Table 3 A): report.md."
+    f"Δ: h minus h={BASELINE_HEADS} as the test estimates it, over the runs the tests use (runs: tested of "
+    f"all; out: finished but left out); CE: cross-entropy (nats/token, the primary measure; lower is better); "
+    f"p Holm: two-sided, against h={BASELINE_HEADS} over seeds (and test sentences), adjusted over the h "
+    f"compared; verdict: what that test allows; no diff.: no detectable difference; *: borderline (one run or "
+    f"the resampling seed changes it). The full table (perplexity, chrF, every test, the paper's Table 3 A): "
+    f"report.md."
 )
 FULL_LEGEND = (
     "Δ: h minus h=8 as the test estimates it, over the runs that meet the checkpoint measure; Δ 95% and p: "
@@ -26,6 +28,7 @@ FULL_LEGEND = (
     "(seed and test-sentence noise); Holm: adjusted over the h compared; paper: Table 3 (A), "
     "newstest2013 dev (another data set and model size: compare shapes)."
 )
+VERDICT_COLUMNS = ("verdict", "CE verdict", "CE", "BLEU")  # words, not numbers: left-aligned, never cut
 LOG_WIDTH = 330  # a log file or a pipe has no width to respect: the full table, unwrapped
 
 
@@ -58,11 +61,12 @@ def _heads_table(report: dict, compact: bool) -> Table:
     headers, cells = (COMPACT_HEADERS, compact_cells) if compact else (SHORT_HEADERS, row_cells)
     table = Table(title=f"Head-count study: {report['study_dir']} — {status_line(report)}", title_justify="left")
     for header in headers:
+        verdict = header in VERDICT_COLUMNS
         table.add_column(
             header,
-            justify="left" if header in ("h", "verdict") else "right",
+            justify="left" if header == "h" or verdict else "right",
             no_wrap=header != "verdict",
-            min_width=len(header) if header != "verdict" else None,
+            min_width=None if header == "verdict" else max(len(header), 8 if verdict else 0),
         )
     for row in report["by_heads"]:
         table.add_row(*cells(row), style="bold" if row["heads"] == BASELINE_HEADS else None)
