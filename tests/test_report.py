@@ -88,30 +88,45 @@ def test_a_log_file_keeps_the_full_table(report):
 
 
 def test_the_readme_answer_is_the_committed_report(report):
-    """The README's head-count table and trend are the committed report's numbers, not an older study's."""
+    """The README's two head-count tables (cross-entropy, then BLEU), their trends and verdicts are the
+    committed report's numbers, not an older study's."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    answer = readme[readme.index("<!-- answer -->") : readme.index("<!-- /answer -->")]
-    rows = _answer_rows(answer)
-    for test in report["significance"]["seed_level"]:
-        _, tested, delta, interval, p_holm = rows[str(test["heads"])]
-        assert int(tested) == len(test["seeds"]), test["heads"]
-        assert float(delta) == pytest.approx(test["mean_difference"], abs=0.006), test["heads"]
-        low, high = (float(x) for x in interval.strip("[]").replace("−", "-").split(","))
-        assert (low, high) == pytest.approx(test["ci95"], abs=0.006), test["heads"]
-        assert float(p_holm) == pytest.approx(test["p_adjusted"], abs=0.006), test["heads"]
-    trend = report["significance"]["trend"]
-    low, high = trend["ci95"]
+    answer = readme[readme.index("<!-- answer -->") : readme.index("<!-- /answer -->")].replace("−", "-")
+    sig = report["significance"]
+    for marker, tests, digits in (
+        ("Δ cross-entropy", sig["cross_entropy"]["seed_level"], 4),
+        ("Δ test BLEU", sig["seed_level"], 2),
+    ):
+        rows = _answer_rows(answer, marker)
+        for test in tests:
+            h, _, tested, delta, interval, p_holm, verdict = rows[str(test["heads"])][:7]
+            assert int(tested) == len(test["seeds"]), test["heads"]
+            assert float(delta.replace("+", "")) == pytest.approx(test["mean_difference"], abs=0.6 * 10**-digits)
+            low, high = (float(x) for x in interval.strip("[]").replace("+", "").split(","))
+            assert (low, high) == pytest.approx(test["ci95"], abs=0.6 * 10**-digits), test["heads"]
+            if p_holm.startswith("<"):
+                assert test["p_adjusted"] < float(p_holm.strip("< "))
+            else:
+                assert float(p_holm) == pytest.approx(test["p_adjusted"], abs=0.006), test["heads"]
+            assert verdict == test["verdict"] + (" (borderline)" if test["borderline"] else ""), test["heads"]
+    trend, ce_trend = sig["trend"], sig["cross_entropy"]["trend"]
     assert f"BLEU falls by {-trend['slope_per_doubling']:.2f} per doubling of h" in answer
-    assert f"(95% interval −{-low:.2f} to −{-high:.2f}," in answer
+    assert f"(95% interval -{-trend['ci95'][0]:.2f} to -{-trend['ci95'][1]:.2f}," in answer
+    assert f"Cross-entropy rises by {ce_trend['slope_per_doubling']:.3f} nats per" in answer
+    low, high = sig["sensitivity"]["by_heads"]["1"]["p_holm_resampled"]
+    assert f"{low:.3f}–{high:.3f}" in answer
 
 
-def _answer_rows(answer: str) -> dict[str, list[str]]:
-    """The README's answer table: h → [h, runs tested, Δ, interval, p (Holm)] (d_k and the paper dropped)."""
+def _answer_rows(answer: str, marker: str) -> dict[str, list[str]]:
+    """The rows (by h) of the README answer's table whose header holds `marker`."""
+    lines = answer.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| heads h") and marker in line)
     rows = {}
-    for line in answer.splitlines():
+    for line in lines[start + 2 :]:
+        if not line.startswith("| "):
+            break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and cells[0].isdigit():
-            rows[cells[0]] = [cells[0], cells[2], cells[3].replace("−", "-").replace("+", ""), cells[4], cells[5]]
+        rows[cells[0]] = cells
     return rows
 
 
