@@ -653,3 +653,27 @@ def test_training_loss_is_drawn_as_a_trailing_running_mean():
     curve = Curve("h08-seed1", 8, 1, train_steps=[25, 50, 75], train_loss=[3.0, 1.0, 2.0])
     (group,) = group_by_heads([curve]).values()
     assert group["train_loss"]["mean"] == [3.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize(("metric", "warned"), [("bleu", True), ("loss", False)])
+def test_ablate_warns_when_the_config_keeps_another_checkpoint_than_the_report_tests(
+    tmp_path, spm_cache, metric, warned
+):
+    """A study whose config keeps best.pt by BLEU would see points left out of its tests: said at the start."""
+    result = run_cli(
+        "ablate",
+        str(TINY),
+        "--heads",
+        "1,8",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "study"),
+        "--dry-run",
+        *cli_sets(spm_cache),
+        "--set",
+        f"train.early_stop_metric={metric}",
+    )
+    assert result.returncode == 0, result.stderr
+    assert ("warning: train.early_stop_metric=bleu" in result.stderr) == warned
+    assert "lowest validation loss" not in result.stdout  # stdout holds the commands alone

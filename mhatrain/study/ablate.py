@@ -136,13 +136,13 @@ def run_study(
             factors=factors,
         )
         record_session(study_dir, session(dry_run=dry_run))
+        _warn_if_not_measured(config, Console(stderr=True, soft_wrap=True) if dry_run else console)
         if dry_run:
             if factors:  # the cells and what they cost, on stderr: stdout holds the commands alone
                 _show_plan(study, config, Console(stderr=True, soft_wrap=True))
             _print_commands(study, slots)
             return None
         _show_plan(study, config, console)
-        _warn_if_not_measured(config, console)
         if not devices:
             _warn_if_bf16_is_slow(config, console)
         _run_unfinished(study, slots, cluster, console)
