@@ -386,7 +386,11 @@ def test_report_of_a_finished_study(reference):
     (level,) = report["significance"]["seed_level"]
     assert level["seeds"] == [1] and level["df"] == 0 and level["p_value"] is None and level["p_adjusted"] is None
     assert level["mean_difference"] == pytest.approx(test["difference"], abs=0.006)
-    assert level["verdict"] == "no detectable difference"  # one seed per h: no residual to test against
+    assert level["verdict"] == "not tested"  # one seed per h: no residual to test against
+    ce = report["significance"]["cross_entropy"]  # eval wrote each sentence's NLL: tested on the test set
+    assert ce["source"] == "test" and ce["seed_level"][0]["verdict"] == "not tested"
+    assert all(run["test_nll"] > 0 and run["test_nll_file"] for run in report["runs"])
+    assert rows[1]["diff_to_h8"]["test_nll"] == pytest.approx(rows[1]["test_nll"]["mean"] - rows[8]["test_nll"]["mean"])
     assert all(run["updates"] == run["loss_selected_update"] for run in report["runs"])
     assert report["significance"]["left_out"] == [] and report["measure"]["name"] == "loss-selected checkpoint"
     assert report["significance"]["samples"] == 1000 and report["significance"]["bootstrap_seed"] == 12345
@@ -427,7 +431,7 @@ def test_report_of_a_partial_study_without_h8(tmp_path, spm_cache, reference):
     assert rows[1]["runs_done"] == 1 and rows[1]["test_bleu"]["std"] is None
     assert all(row["diff_to_h8"] is None for row in rows.values())
     assert report["significance"]["per_seed"] == [] and report["claims"]["ours"] is None
-    assert "| 2 | 32 | — | 0/2 | pending |" in (out / "report.md").read_text()
+    assert "| 2 | 32 | — | 0/2 | — | — | — | — | pending |" in (out / "report.md").read_text()
     assert (out / "report.png").is_file()
 
 
