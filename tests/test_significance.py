@@ -13,6 +13,7 @@ import pytest
 from mhatrain.core.config import load_config
 from mhatrain.data.sources import load_split
 from mhatrain.study.claims import conclusion
+from mhatrain.study.sensitivity import leave_one_out
 from mhatrain.study.significance import (
     SENTENCE_SAMPLES,
     bleu_from_sums,
@@ -310,3 +311,17 @@ def test_a_lower_cross_entropy_is_called_better():
     assert test.estimate < 0 and tests.differences[1] == pytest.approx(test.estimate)
     assert verdict(test, tests.adjusted[1], higher_is_better=False) == "better"
     assert verdict(test, tests.adjusted[1]) == "worse"  # the same numbers read as BLEU
+
+
+def test_a_run_whose_loss_leaves_nothing_to_test_makes_no_verdict_borderline():
+    """Two seeds per h: leaving one run out leaves no residual (not tested), which flips no verdict; a third
+    seed whose removal turns 'better' into 'no detectable difference' does."""
+    cells, values = grid({1: [38.0, 37.1], 8: [36.9, 36.2]})
+    tests = head_count_tests(cells, values, None, baseline=8)
+    dropped = leave_one_out(cells, values, None, tests, ["a", "b", "c", "d"])["by_heads"][1]
+    assert dropped["verdict_changes_without"] == []
+    cells, values = grid({1: [38.0, 37.1, 37.9, 36.6], 8: [36.9, 36.2, 36.9, 36.5]})
+    tests = head_count_tests(cells, values, None, baseline=8)
+    assert verdict(tests.against_baseline[1], tests.adjusted[1]) == "better"
+    dropped = leave_one_out(cells, values, None, tests, [f"run{i}" for i in range(8)])["by_heads"][1]
+    assert dropped["verdict_changes_without"] and dropped["p_holm_leave_one_out"][1] >= 0.05

@@ -102,7 +102,9 @@ def seed_count_sentence(by_heads: list[dict]) -> str:
     if 1 not in rows or BASELINE_HEADS not in rows:
         return ""
     counts = []
-    for metric, name, better in (("valid_nll", "validation cross-entropy", min), ("test_bleu", "test BLEU", max)):
+    ce_metric = "test_nll" if (rows[1].get("cross_entropy") or {}).get("source") == "test" else "valid_nll"
+    ce_name = f"{'test' if ce_metric == 'test_nll' else 'validation'} cross-entropy"
+    for metric, name, better in ((ce_metric, ce_name, min), ("test_bleu", "test BLEU", max)):
         ours, base = rows[1][metric]["per_seed"], rows[BASELINE_HEADS][metric]["per_seed"]
         seeds = [s for s in ours if s in base and ours[s] is not None and base[s] is not None]
         if seeds:
