@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -130,6 +131,62 @@ def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
         load_split(DataConfig(dataset="no-de"), "train")
     with pytest.raises(DataError, match="field 'en' must hold strings"):
         load_split(DataConfig(dataset="numbers"), "train")
+
+
+@pytest.fixture
+def local_dataset(tmp_path, monkeypatch):
+    """`datasets` offline with its cache in tmp_path, and a dataset folder (train.jsonl, translation dicts)
+    that `datasets.load_dataset` reads as it reads one from the hub: returns (folder, write(rows))."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+
+    def write(rows: list[tuple[str, str]], mtime: float = 1_700_000_000) -> None:
+        path = folder / "train.jsonl"
+        path.write_text("".join(json.dumps({"translation": {"en": s, "de": t}}) + "\n" for s, t in rows))
+        os.utime(path, (mtime, mtime))  # `datasets` keys its cache by a local file's path and mtime
+
+    return folder, write
+
+
+ROWS = [(f"source {i}", f"Ziel {i}") for i in range(6)]
+
+
+def test_a_local_dataset_folder_loads_through_datasets_with_a_selected_split(local_dataset):
+    """The hub path for real, offline: datasets.load_dataset reads the folder, a split slice selects its
+    rows in order, and the source fingerprint (the key of the tokenizer and encoded caches) follows the file."""
+    from mhatrain.data.sources import source_fingerprint
+
+    folder, write = local_dataset
+    write(ROWS)
+    cfg = DataConfig(dataset=str(folder), local_dir=None)
+    corpus = load_split(cfg, "train[2:5]")
+    assert (corpus.src, corpus.tgt) == (["source 2", "source 3", "source 4"], ["Ziel 2", "Ziel 3", "Ziel 4"])
+    assert corpus.name == f"hub:{folder}/train[2:5]" and corpus.hub_fingerprint
+    before = source_fingerprint(cfg, "train[2:5]")
+    assert source_fingerprint(cfg, "train[2:5]") == before != source_fingerprint(cfg, "train[1:5]")
+    write([*ROWS[:3], ("source 3", "geändert"), *ROWS[4:]], mtime=1_700_000_100)
+    assert load_split(cfg, "train[2:5]").tgt == ["Ziel 2", "geändert", "Ziel 4"]
+    assert source_fingerprint(cfg, "train[2:5]") != before
+
+
+def test_a_shuffled_dataset_is_read_in_its_shuffled_order(local_dataset, monkeypatch):
+    """A dataset with an indices mapping (shuffle, select) keeps the underlying table in file order:
+    its rows must come out in the mapped order, not the table's."""
+    import datasets
+
+    folder, write = local_dataset
+    write(ROWS)
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: real(*args, **kw).shuffle(seed=3))
+    corpus = load_split(DataConfig(dataset=str(folder), local_dir=None), "train")
+    order = [int(s.split()[1]) for s in corpus.src]
+    assert sorted(order) == list(range(6)) and order != list(range(6))
+    assert corpus.tgt == [f"Ziel {i}" for i in order]
+    assert corpus.src == [row["translation"]["en"] for row in real(str(folder), split="train").shuffle(seed=3)]
 
 
 def test_hub_failure_suggests_local_files(monkeypatch):
