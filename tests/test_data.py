@@ -55,14 +55,24 @@ def test_jsonl_with_fields_and_translation_dicts(tmp_path):
     assert (corpus.src, corpus.tgt) == (["a", "c"], ["b", "d"])
 
 
-def test_missing_split_names_what_was_looked_for(tmp_path):
-    with pytest.raises(DataError, match=r"no files for split 'train' \(looked for train\.en\[\.gz\]"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_missing_partner_file(tmp_path):
-    (tmp_path / "train.en").write_text("a\n")
-    with pytest.raises(DataError, match=r"found train\.en but not its pair train\.de"):
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({}, r"no files for split 'train' \(looked for train\.en\[\.gz\]"),
+        ({"train.en": b"a\n"}, r"found train\.en but not its pair train\.de"),
+        ({"train.en": b"fine\nalso fine\nbad \xff byte\n", "train.de": b"a\nb\nc\n"}, r"train\.en:3: not valid UTF-8"),
+        ({"train.en": b"\x00\x01\x02", "train.de": b"a\n"}, "binary file"),
+        ({"train.en": b"", "train.de": b"a\n"}, "file is empty"),
+        ({"train.en.gz": gzip.compress(b"a\n" * 100)[:20], "train.de": b"a\n"}, r"cannot read .*train\.en\.gz"),
+        ({"train.jsonl": b'{"en": "a", "de": "b"}\n{"en": "a"}\n'}, r"train\.jsonl:2: missing language field 'de'"),
+        ({"train.jsonl": b'{"en": "a", "de": "b"}\nnot json\n'}, r"train\.jsonl:2: invalid JSON"),
+    ],
+    ids=["no-split", "no-partner", "not-utf8", "binary", "empty", "truncated-gzip", "jsonl-field", "jsonl-syntax"],
+)
+def test_a_broken_split_is_one_error_that_names_its_file(tmp_path, files, message):
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(DataError, match=message):
         load_split(cfg_for(tmp_path), "train")
 
 
@@ -72,36 +82,6 @@ def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
         load_split(cfg_for(tmp_path), "train")
     message = str(err.value)
     assert "train.en has 3 lines" in message and "train.de has 2" in message
-
-
-def test_undecodable_bytes_name_the_line(tmp_path):
-    (tmp_path / "train.en").write_bytes(b"fine\nalso fine\nbad \xff byte\n")
-    (tmp_path / "train.de").write_text("a\nb\nc\n")
-    with pytest.raises(DataError, match=r"train\.en:3: not valid UTF-8"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_binary_empty_and_truncated_gzip_files(tmp_path):
-    (tmp_path / "train.en").write_bytes(b"\x00\x01\x02")
-    (tmp_path / "train.de").write_text("a\n")
-    with pytest.raises(DataError, match="binary file"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.en").write_text("")
-    with pytest.raises(DataError, match="file is empty"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.en").unlink()
-    (tmp_path / "train.en.gz").write_bytes(gzip.compress(b"a\n" * 100)[:20])
-    with pytest.raises(DataError, match=r"cannot read .*train\.en\.gz"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_jsonl_errors_name_the_line(tmp_path):
-    (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\n{"en": "a"}\n')
-    with pytest.raises(DataError, match=r"train\.jsonl:2: missing language field 'de'"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\nnot json\n')
-    with pytest.raises(DataError, match=r"train\.jsonl:2: invalid JSON"):
-        load_split(cfg_for(tmp_path), "train")
 
 
 def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
