@@ -51,6 +51,20 @@ def run_cli(
     return subprocess.CompletedProcess(result.args, result.returncode, _text(result.stdout), _text(result.stderr))
 
 
+def set_args(*items: str) -> list[str]:
+    """`--set ITEM` for each item, as a command line repeats the option."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def train_argv(
+    out: Path, *sets: str, spm_cache: Path | None = None, config: Path | str = TINY, flags: tuple[str, ...] = ()
+) -> list[str]:
+    """The `train` command line of a test: CONFIG (configs/tiny.yaml) --out OUT, then FLAGS (--resume, ...),
+    the tests' shared tokenizer cache where `spm_cache` is given, and a --set for each of `sets`."""
+    cache = (f"data.cache_dir={spm_cache}",) if spm_cache is not None else ()
+    return ["train", str(config), "--out", str(out), *flags, *set_args(*cache, *sets)]
+
+
 def _text(output: bytes) -> str:
     """Output bytes as the forked runner reads its files: the locale's encoding, universal newlines."""
     return io.TextIOWrapper(io.BytesIO(output), errors="replace").read()
@@ -92,7 +106,7 @@ def spm_cache(tmp_path_factory) -> Path:
 def tiny_run(tmp_path_factory, spm_cache) -> Path:
     """A run directory trained with configs/tiny.yaml (shared, treat as read-only)."""
     out = tmp_path_factory.mktemp("tiny") / "run"
-    result = run_cli("train", str(TINY), "--out", str(out), "--set", f"data.cache_dir={spm_cache}")
+    result = run_cli(*train_argv(out, spm_cache=spm_cache))
     assert result.returncode == 0, result.stderr + result.stdout
     return out
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
+from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli, train_argv
 
 # ----------------------------------------------------------------------------- a workspace per case
 
@@ -82,10 +82,7 @@ class Workspace:
         return self.config(text.replace(old, new, 1))
 
     def train(self, config: str | Path = TINY, *sets: str, out: Path | None = None) -> list[str]:
-        args = ["train", str(config), "--out", str(out or self.out), "--set", f"data.cache_dir={self.spm_cache}"]
-        for item in sets:
-            args += ["--set", item]
-        return args
+        return train_argv(out or self.out, *sets, spm_cache=self.spm_cache, config=config)
 
     def train_on_toy(self, *sets: str) -> list[str]:
         return self.train(TINY, f"data.local_dir={self.toy}", *sets)
@@ -155,14 +152,26 @@ class Case:
     env: dict = field(default_factory=dict)  # extra environment ({root} = workspace)
 
 
+def tiny_edit(id: str, old: str, new: str, *expect: str) -> Case:
+    """`train` on configs/tiny.yaml with one edit (Workspace.tiny), saved as c.yaml: an error that names it."""
+    return Case(id, lambda w: w.train(w.tiny(old, new)), ["c.yaml", *expect])
+
+
+def on_run(id: str, argv: list[str], *expect: str) -> Case:
+    """COMMAND RUN_DIR OPTIONS...: a command given the workspace's trained run after its first word."""
+    return Case(id, lambda w: [argv[0], str(w.run), *argv[1:]], list(expect))
+
+
 W = Workspace
 CASES = [
     # --- config files and --set overrides
     Case("config-missing", lambda w: w.train(w.root / "absent.yaml"), ["config file not found", "absent.yaml"]),
-    Case(
+    tiny_edit(
         "yaml-syntax",
-        lambda w: w.train(w.tiny("d_ff: 128", "d_ff: [128")),
-        ["c.yaml at line 8, column 3: invalid YAML", "flow sequence started at line 7"],
+        "d_ff: 128",
+        "d_ff: [128",
+        "c.yaml at line 8, column 3: invalid YAML",
+        "flow sequence started at line 7",
     ),
     Case("config-empty", lambda w: w.train(w.config("# nothing but a comment\n")), ["c.yaml", "config file is empty"]),
     Case(
@@ -175,50 +184,20 @@ CASES = [
         lambda w: w.train(w.config(TINY.read_bytes().replace(b"residual", b"r\xe9sidual"))),
         ["c.yaml", "not a UTF-8 text file"],
     ),
-    Case(
-        "unknown-section",
-        lambda w: w.train(w.tiny("model:", "modle:")),
-        ["c.yaml", "unknown section 'modle'", "did you mean 'model'"],
-    ),
-    Case(
-        "unknown-key",
-        lambda w: w.train(w.tiny("n_heads: 4", "n_head: 4")),
-        ["c.yaml", "unknown key 'model.n_head'", "did you mean 'n_heads'"],
-    ),
-    Case(
-        "wrong-type",
-        lambda w: w.train(w.tiny("d_model: 64", "d_model: wide")),
-        ["c.yaml", "'model.d_model' must be int, got str 'wide'"],
-    ),
+    tiny_edit("unknown-section", "model:", "modle:", "unknown section 'modle'", "did you mean 'model'"),
+    tiny_edit("unknown-key", "n_heads: 4", "n_head: 4", "unknown key 'model.n_head'", "did you mean 'n_heads'"),
+    tiny_edit("wrong-type", "d_model: 64", "d_model: wide", "'model.d_model' must be int, got str 'wide'"),
     Case(
         "section-not-mapping",
         lambda w: w.train(w.config("model: 64\n")),
         ["c.yaml", "section 'model' must be a mapping, got int"],
     ),
-    Case(
-        "heads-not-dividing",
-        lambda w: w.train(w.tiny("n_heads: 4", "n_heads: 3")),
-        ["c.yaml", "'model.n_heads' must divide model.d_model=64, got 3"],
-    ),
-    Case(
-        "negative-size",
-        lambda w: w.train(w.tiny("d_ff: 128", "d_ff: -128")),
-        ["c.yaml", "'model.d_ff' must be positive, got -128"],
-    ),
-    Case(
-        "dropout-ge-1",
-        lambda w: w.train(w.tiny("  dropout: 0.0", "  dropout: 1.0")),
-        ["c.yaml", "'model.dropout' must be in [0, 1), got 1.0"],
-    ),
-    Case(
-        "bad-choice",
-        lambda w: w.train(w.tiny("norm: post", "norm: middle")),
-        ["c.yaml", "'model.norm' must be one of post, pre, got 'middle'"],
-    ),
-    Case(
-        "same-languages",
-        lambda w: w.train(w.tiny("tgt_lang: de", "tgt_lang: en")),
-        ["c.yaml", "'data.tgt_lang' must differ from data.src_lang ('en')"],
+    tiny_edit("heads-not-dividing", "n_heads: 4", "n_heads: 3", "'model.n_heads' must divide model.d_model=64, got 3"),
+    tiny_edit("negative-size", "d_ff: 128", "d_ff: -128", "'model.d_ff' must be positive, got -128"),
+    tiny_edit("dropout-ge-1", "  dropout: 0.0", "  dropout: 1.0", "'model.dropout' must be in [0, 1), got 1.0"),
+    tiny_edit("bad-choice", "norm: post", "norm: middle", "'model.norm' must be one of post, pre, got 'middle'"),
+    tiny_edit(
+        "same-languages", "tgt_lang: de", "tgt_lang: en", "'data.tgt_lang' must differ from data.src_lang ('en')"
     ),
     Case(
         "length-over-positions",
@@ -443,11 +422,11 @@ CASES = [
         ["cannot write to {root}/a-file/maps"],
     ),
     # --- translate input
-    Case("empty-argument", lambda w: ["translate", str(w.run), "A cat.", "   "], ["argument 2: empty input"]),
-    Case(
+    on_run("empty-argument", ["translate", "A cat.", "   "], "argument 2: empty input"),
+    on_run(
         "overlong-argument",
-        lambda w: ["translate", str(w.run), "cat " * 5000],
-        ["argument 1: input of 20000 characters is over the limit of 10000"],
+        ["translate", "cat " * 5000],
+        "argument 1: input of 20000 characters is over the limit of 10000",
     ),
     Case("empty-stdin", lambda w: ["translate", str(w.run)], ["no input: give sentences as arguments or on stdin"]),
     Case(
@@ -463,56 +442,44 @@ CASES = [
         stdin=b"A cat.\nK\xe4se.\n",
     ),
     # --- command options
-    Case("eval-beam-0", lambda w: ["eval", str(w.run), "--beam", "0"], ["Invalid value for '--beam'"]),
-    Case("eval-alpha-negative", lambda w: ["eval", str(w.run), "--alpha", "-1"], ["Invalid value for '--alpha'"]),
-    Case(
+    on_run("eval-beam-0", ["eval", "--beam", "0"], "Invalid value for '--beam'"),
+    on_run("eval-alpha-negative", ["eval", "--alpha", "-1"], "Invalid value for '--alpha'"),
+    on_run(
         "eval-checkpoint-bogus",
-        lambda w: ["eval", str(w.run), "--checkpoint", "newest"],
-        ["--checkpoint must be best, last or averaged, got 'newest'"],
+        ["eval", "--checkpoint", "newest"],
+        "--checkpoint must be best, last or averaged, got 'newest'",
     ),
-    Case(
-        "eval-split-unknown",
-        lambda w: ["eval", str(w.run), "--split", "nosuch"],
-        ["no files for split 'nosuch'", str(TOY)],
-    ),
-    Case(
+    on_run("eval-split-unknown", ["eval", "--split", "nosuch"], "no files for split 'nosuch'", str(TOY)),
+    on_run(
         "eval-set-changes-architecture",
-        lambda w: ["eval", str(w.run), "--set", "model.n_heads=8"],
-        ["--set model.n_heads=8: the model was trained with model.n_heads=4"],
+        ["eval", "--set", "model.n_heads=8"],
+        "--set model.n_heads=8: the model was trained with model.n_heads=4",
     ),
-    Case(
+    on_run(
         "attention-layer-out-of-range",
-        lambda w: ["attention", str(w.run), "A cat.", "--layer", "9"],
-        ["--layer 9: encoder self-attention has layers 1..2"],
+        ["attention", "A cat.", "--layer", "9"],
+        "--layer 9: encoder self-attention has layers 1..2",
     ),
-    Case(
+    on_run(
         "attention-layer-not-number",
-        lambda w: ["attention", str(w.run), "A cat.", "--layer", "first"],
-        ["--layer must be a layer number (from 1) or all, got 'first'"],
+        ["attention", "A cat.", "--layer", "first"],
+        "--layer must be a layer number (from 1) or all, got 'first'",
     ),
-    Case(
+    on_run(
         "attention-kind-bogus",
-        lambda w: ["attention", str(w.run), "A cat.", "--kind", "self"],
-        ["--kind must be enc-self, dec-self, cross or all, got 'self'"],
+        ["attention", "A cat.", "--kind", "self"],
+        "--kind must be enc-self, dec-self, cross or all, got 'self'",
     ),
-    Case("attention-empty-sentence", lambda w: ["attention", str(w.run), " "], ["empty sentence"]),
-    Case(
-        "heads-metric-bogus",
-        lambda w: ["heads", str(w.run), "--metric", "accuracy"],
-        ["--metric must be bleu or loss, got 'accuracy'"],
-    ),
-    Case(
+    on_run("attention-empty-sentence", ["attention", " "], "empty sentence"),
+    on_run("heads-metric-bogus", ["heads", "--metric", "accuracy"], "--metric must be bleu or loss, got 'accuracy'"),
+    on_run(
         "heads-checkpoint-bogus",
-        lambda w: ["heads", str(w.run), "--checkpoint", "first"],
-        ["--checkpoint must be best, last or averaged, got 'first'"],
+        ["heads", "--checkpoint", "first"],
+        "--checkpoint must be best, last or averaged, got 'first'",
     ),
-    Case(
-        "heads-max-sentences-negative",
-        lambda w: ["heads", str(w.run), "--max-sentences", "-1"],
-        ["Invalid value for '--max-sentences'"],
-    ),
+    on_run("heads-max-sentences-negative", ["heads", "--max-sentences", "-1"], "Invalid value for '--max-sentences'"),
     Case("unknown-command", lambda w: ["trian", str(TINY)], ["No such command 'trian'"]),
-    Case("unknown-option", lambda w: ["eval", str(w.run), "--bem", "3"], ["No such option: --bem", "eval --help"]),
+    on_run("unknown-option", ["eval", "--bem", "3"], "No such option: --bem", "eval --help"),
     Case("missing-argument", lambda w: ["translate"], ["Missing argument", "translate --help"]),
 ]
 

@@ -27,9 +27,10 @@ from mhatrain.core.errors import MhatrainError
 from mhatrain.model.flops import forward_macs
 from mhatrain.model.transformer import build_model
 
-from .conftest import TINY, TOY, run_cli
+from .conftest import TINY, TOY, run_cli, train_argv
 
 QUIET = dict(quick=True, memory=False, repeats=2, warmup=1, threads=1)
+ONCE = dict(precisions=("fp32",), memory=False, repeats=1, warmup=0, threads=1)  # one fp32 sample of real data
 
 
 def assert_consistent(result: dict, peers: set[str], unit: str) -> None:
@@ -125,17 +126,7 @@ def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
 
 def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
     pytest.importorskip("transformers")
-    options = BenchOptions(
-        config=TINY,
-        overrides=(f"data.cache_dir={spm_cache}",),
-        data_dir=TOY,
-        batches=1,
-        precisions=("fp32",),
-        memory=False,
-        repeats=1,
-        warmup=0,
-        threads=1,
-    )
+    options = BenchOptions(config=TINY, overrides=(f"data.cache_dir={spm_cache}",), data_dir=TOY, batches=1, **ONCE)
     (result,) = run_benches(["train"], options)
     assert_consistent(result.to_dict(), {OURS, "nn.Transformer", "MarianMT"}, "tokens/s")
     assert "train" in result.settings["batches"] and "synthetic" not in result.settings["batches"]
@@ -144,29 +135,9 @@ def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
 def test_decode_bench_with_a_trained_run_forces_generate_to_our_lengths(tmp_path, spm_cache):
     pytest.importorskip("transformers")
     run_dir = tmp_path / "run"
-    trained = run_cli(
-        "train",
-        str(TINY),
-        "--out",
-        str(run_dir),
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "train.max_steps=2",
-        "--set",
-        "train.valid_bleu=false",
-    )
+    trained = run_cli(*train_argv(run_dir, "train.max_steps=2", "train.valid_bleu=false", spm_cache=spm_cache))
     assert trained.returncode == 0, trained.stderr + trained.stdout
-    options = BenchOptions(
-        checkpoint=run_dir,
-        beams=(4,),
-        max_sentences=6,
-        precisions=("fp32",),
-        memory=False,
-        repeats=1,
-        warmup=0,
-        threads=1,
-    )
+    options = BenchOptions(checkpoint=run_dir, beams=(4,), max_sentences=6, **ONCE)
     (result,) = run_benches(["decode"], options)
     assert_consistent(result.to_dict(), {OURS, "ours, no cache", "HF generate"}, "sentences/s")
     assert result.settings["weights"] == f"trained: {run_dir}"

@@ -16,7 +16,7 @@ from mhatrain.cli import int_list
 from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 
-from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli
+from .conftest import ROOT, TINY, TOY, assert_clean_error, library_translations, run_cli, train_argv
 
 
 def test_train_writes_a_self_contained_run_dir(tiny_run):
@@ -227,20 +227,15 @@ def test_eval_given_a_file_says_it_is_not_a_directory(tmp_path):
 
 
 def test_a_bad_set_value_on_the_command_line_is_blamed_on_the_set(tmp_path):
-    result = run_cli("train", str(TINY), "--out", str(tmp_path / "run"), "--set", "train.lr_factor=.nan")
+    result = run_cli(*train_argv(tmp_path / "run", "train.lr_factor=.nan"))
     assert_clean_error(result, "--set train.lr_factor=.nan: 'train.lr_factor' must be a finite number, got nan")
     assert "tiny.yaml" not in result.stderr
 
 
 def test_a_diverging_run_without_a_checkpoint_does_not_name_one(tmp_path, spm_cache):
     out = tmp_path / "run"
-    sets = [
-        f"data.cache_dir={spm_cache}",
-        "train.lr_factor=1.0e+30",
-        "train.max_bad_updates=2",
-        "train.valid_every=1000",
-    ]
-    result = run_cli("train", str(TINY), "--out", str(out), *[arg for s in sets for arg in ("--set", s)])
+    sets = ("train.lr_factor=1.0e+30", "train.max_bad_updates=2", "train.valid_every=1000")
+    result = run_cli(*train_argv(out, *sets, spm_cache=spm_cache))
     assert result.returncode == 2, result.stderr
     error = result.stderr.splitlines()[-1]
     assert error.startswith("error: stopped: 2 updates in a row skipped"), result.stderr

@@ -25,34 +25,24 @@ import torch
 
 from mhatrain.core.checkpoint import load_checkpoint
 
-from .conftest import ROOT, TINY, FullDisk, run_cli
+from .conftest import ROOT, TINY, FullDisk, run_cli, train_argv
 
 MAX_STEPS = 40
 TIMING = {"train_seconds", "valid_seconds"}  # wall-clock fields of the progress record: may differ
 
 
-def train_args(out, spm_cache, *extra):
-    return [
-        "train",
-        str(TINY),
-        "--out",
-        str(out),
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "model.dropout=0.1",
-        "--set",
-        f"train.max_steps={MAX_STEPS}",
-        "--set",
-        "train.checkpoint_every=5",
-        "--set",
-        "train.valid_every=20",
-        "--set",
-        "train.valid_max_sentences=20",
-        "--set",
-        "train.log_every=5",
-        *extra,
-    ]
+SETS = (
+    "model.dropout=0.1",
+    f"train.max_steps={MAX_STEPS}",
+    "train.checkpoint_every=5",
+    "train.valid_every=20",
+    "train.valid_max_sentences=20",
+    "train.log_every=5",
+)
+
+
+def train_args(out, spm_cache, *flags):
+    return train_argv(out, *SETS, spm_cache=spm_cache, flags=flags)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -54,14 +55,24 @@ def test_jsonl_with_fields_and_translation_dicts(tmp_path):
     assert (corpus.src, corpus.tgt) == (["a", "c"], ["b", "d"])
 
 
-def test_missing_split_names_what_was_looked_for(tmp_path):
-    with pytest.raises(DataError, match=r"no files for split 'train' \(looked for train\.en\[\.gz\]"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_missing_partner_file(tmp_path):
-    (tmp_path / "train.en").write_text("a\n")
-    with pytest.raises(DataError, match=r"found train\.en but not its pair train\.de"):
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({}, r"no files for split 'train' \(looked for train\.en\[\.gz\]"),
+        ({"train.en": b"a\n"}, r"found train\.en but not its pair train\.de"),
+        ({"train.en": b"fine\nalso fine\nbad \xff byte\n", "train.de": b"a\nb\nc\n"}, r"train\.en:3: not valid UTF-8"),
+        ({"train.en": b"\x00\x01\x02", "train.de": b"a\n"}, "binary file"),
+        ({"train.en": b"", "train.de": b"a\n"}, "file is empty"),
+        ({"train.en.gz": gzip.compress(b"a\n" * 100)[:20], "train.de": b"a\n"}, r"cannot read .*train\.en\.gz"),
+        ({"train.jsonl": b'{"en": "a", "de": "b"}\n{"en": "a"}\n'}, r"train\.jsonl:2: missing language field 'de'"),
+        ({"train.jsonl": b'{"en": "a", "de": "b"}\nnot json\n'}, r"train\.jsonl:2: invalid JSON"),
+    ],
+    ids=["no-split", "no-partner", "not-utf8", "binary", "empty", "truncated-gzip", "jsonl-field", "jsonl-syntax"],
+)
+def test_a_broken_split_is_one_error_that_names_its_file(tmp_path, files, message):
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(DataError, match=message):
         load_split(cfg_for(tmp_path), "train")
 
 
@@ -71,36 +82,6 @@ def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
         load_split(cfg_for(tmp_path), "train")
     message = str(err.value)
     assert "train.en has 3 lines" in message and "train.de has 2" in message
-
-
-def test_undecodable_bytes_name_the_line(tmp_path):
-    (tmp_path / "train.en").write_bytes(b"fine\nalso fine\nbad \xff byte\n")
-    (tmp_path / "train.de").write_text("a\nb\nc\n")
-    with pytest.raises(DataError, match=r"train\.en:3: not valid UTF-8"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_binary_empty_and_truncated_gzip_files(tmp_path):
-    (tmp_path / "train.en").write_bytes(b"\x00\x01\x02")
-    (tmp_path / "train.de").write_text("a\n")
-    with pytest.raises(DataError, match="binary file"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.en").write_text("")
-    with pytest.raises(DataError, match="file is empty"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.en").unlink()
-    (tmp_path / "train.en.gz").write_bytes(gzip.compress(b"a\n" * 100)[:20])
-    with pytest.raises(DataError, match=r"cannot read .*train\.en\.gz"):
-        load_split(cfg_for(tmp_path), "train")
-
-
-def test_jsonl_errors_name_the_line(tmp_path):
-    (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\n{"en": "a"}\n')
-    with pytest.raises(DataError, match=r"train\.jsonl:2: missing language field 'de'"):
-        load_split(cfg_for(tmp_path), "train")
-    (tmp_path / "train.jsonl").write_text('{"en": "a", "de": "b"}\nnot json\n')
-    with pytest.raises(DataError, match=r"train\.jsonl:2: invalid JSON"):
-        load_split(cfg_for(tmp_path), "train")
 
 
 def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
@@ -130,6 +111,62 @@ def test_hub_fields_and_translation_dicts_are_read_by_column(monkeypatch):
         load_split(DataConfig(dataset="no-de"), "train")
     with pytest.raises(DataError, match="field 'en' must hold strings"):
         load_split(DataConfig(dataset="numbers"), "train")
+
+
+@pytest.fixture
+def local_dataset(tmp_path, monkeypatch):
+    """`datasets` offline with its cache in tmp_path, and a dataset folder (train.jsonl, translation dicts)
+    that `datasets.load_dataset` reads as it reads one from the hub: returns (folder, write(rows))."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+
+    def write(rows: list[tuple[str, str]], mtime: float = 1_700_000_000) -> None:
+        path = folder / "train.jsonl"
+        path.write_text("".join(json.dumps({"translation": {"en": s, "de": t}}) + "\n" for s, t in rows))
+        os.utime(path, (mtime, mtime))  # `datasets` keys its cache by a local file's path and mtime
+
+    return folder, write
+
+
+ROWS = [(f"source {i}", f"Ziel {i}") for i in range(6)]
+
+
+def test_a_local_dataset_folder_loads_through_datasets_with_a_selected_split(local_dataset):
+    """The hub path for real, offline: datasets.load_dataset reads the folder, a split slice selects its
+    rows in order, and the source fingerprint (the key of the tokenizer and encoded caches) follows the file."""
+    from mhatrain.data.sources import source_fingerprint
+
+    folder, write = local_dataset
+    write(ROWS)
+    cfg = DataConfig(dataset=str(folder), local_dir=None)
+    corpus = load_split(cfg, "train[2:5]")
+    assert (corpus.src, corpus.tgt) == (["source 2", "source 3", "source 4"], ["Ziel 2", "Ziel 3", "Ziel 4"])
+    assert corpus.name == f"hub:{folder}/train[2:5]" and corpus.hub_fingerprint
+    before = source_fingerprint(cfg, "train[2:5]")
+    assert source_fingerprint(cfg, "train[2:5]") == before != source_fingerprint(cfg, "train[1:5]")
+    write([*ROWS[:3], ("source 3", "geändert"), *ROWS[4:]], mtime=1_700_000_100)
+    assert load_split(cfg, "train[2:5]").tgt == ["Ziel 2", "geändert", "Ziel 4"]
+    assert source_fingerprint(cfg, "train[2:5]") != before
+
+
+def test_a_shuffled_dataset_is_read_in_its_shuffled_order(local_dataset, monkeypatch):
+    """A dataset with an indices mapping (shuffle, select) keeps the underlying table in file order:
+    its rows must come out in the mapped order, not the table's."""
+    import datasets
+
+    folder, write = local_dataset
+    write(ROWS)
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: real(*args, **kw).shuffle(seed=3))
+    corpus = load_split(DataConfig(dataset=str(folder), local_dir=None), "train")
+    order = [int(s.split()[1]) for s in corpus.src]
+    assert sorted(order) == list(range(6)) and order != list(range(6))
+    assert corpus.tgt == [f"Ziel {i}" for i in order]
+    assert corpus.src == [row["translation"]["en"] for row in real(str(folder), split="train").shuffle(seed=3)]
 
 
 def test_hub_failure_suggests_local_files(monkeypatch):

@@ -31,7 +31,7 @@ from mhatrain.core.distributed import Launch, pick_backend, read_launch, resolve
 from mhatrain.core.errors import CheckpointError, MhatrainError
 from mhatrain.training.loop import train
 
-from .conftest import ROOT, TINY, run_cli
+from .conftest import ROOT, TINY, run_cli, train_argv
 
 SETTINGS = [
     "model.dropout=0.0",
@@ -58,7 +58,6 @@ def one_process(tmp_path_factory, spm_cache):
 def two_processes(tmp_path_factory, spm_cache):
     """Two processes started by torchrun, one batch each per update, 14 updates."""
     out = tmp_path_factory.mktemp("dist") / "two"
-    sets = [arg for item in [f"data.cache_dir={spm_cache}", *SETTINGS, "train.max_steps=14"] for arg in ("--set", item)]
     result = subprocess.run(
         [
             sys.executable,
@@ -68,11 +67,7 @@ def two_processes(tmp_path_factory, spm_cache):
             "--nproc_per_node=2",
             "-m",
             "mhatrain",
-            "train",
-            str(TINY),
-            "--out",
-            str(out),
-            *sets,
+            *train_argv(out, *SETTINGS, "train.max_steps=14", spm_cache=spm_cache),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -242,7 +237,7 @@ def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch):
         ),
         (
             {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET},
-            ["--set", "train.dist_backend=nccl"],
+            ["train.dist_backend=nccl"],
             "train.dist_backend=nccl needs CUDA devices",
         ),
     ],
@@ -250,7 +245,7 @@ def test_each_process_takes_the_gpu_of_its_local_rank(monkeypatch):
 )
 def test_an_inconsistent_launch_is_one_error_line(tmp_path, spm_cache, env, sets, message):
     out = tmp_path / "run"
-    result = run_cli("train", str(TINY), "--out", str(out), "--set", f"data.cache_dir={spm_cache}", *sets, env=env)
+    result = run_cli(*train_argv(out, *sets, spm_cache=spm_cache), env=env)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -36,11 +36,11 @@ def test_unwritable_location_is_a_clear_error(tmp_path):
 
 
 def test_cli_refuses_an_output_directory_it_cannot_create(tmp_path):
-    from .conftest import TINY, run_cli
+    from .conftest import run_cli, train_argv
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = run_cli("train", str(TINY), "--out", str(blocker / "run"))
+    result = run_cli(*train_argv(blocker / "run"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: cannot create run directory")
     assert blocker.read_text() == "x"

@@ -97,8 +97,67 @@ def test_heads_roles_command_and_the_study_report(tiny_run, tmp_path):
         heads = [r for r in report["heads"] if r["kind"] == kind]
         assert sum(report["counts"][kind].values()) == len(heads) and len(heads) % n_heads == 0
         assert all(0 <= r["sink"] <= 1 + 1e-4 and r["confidence"] >= 1 / 64 for r in heads)
-    assert report["counts"]["all"] == role_counts(report["heads"])["all"]
     assert "Head roles over 30 sentences" in result.stdout and "enc-self:" in result.stdout
+    for record in report["heads"]:
+        assert record["role"] == role_by_the_docstring(record), record
+    for kind, counts in report["counts"].items():
+        roles = [r["role"] for r in report["heads"] if kind in ("all", r["kind"])]
+        assert counts == {role: roles.count(role) for role in ("sink", "positional", "diffuse", "other")}, kind
+
+
+def role_by_the_docstring(record: dict) -> str:
+    """A head's class as roles.py's docstring states the rule, from the measures its record saved."""
+    if record["sink"] >= 0.5:
+        return "sink"
+    if record["kind"] == "cross":
+        positional = record["diagonal"]
+    else:
+        positional = max(record["previous"], record["same"], record["next"])
+    if positional >= 0.5:
+        return "positional"
+    return "diffuse" if record["entropy_normalised"] >= 0.75 else "other"
+
+
+def test_the_measures_of_one_sentence_are_those_of_its_attention_maps(tiny_run):
+    """measure_roles on one unpadded pair, recomputed here row by row from the maps of attention_maps."""
+    from mhatrain.analysis.maps import FIELDS, KINDS, attention_maps
+    from mhatrain.analysis.roles import measure_roles
+    from mhatrain.inference.trained import load_run
+
+    run = load_run(tiny_run)
+    run.model.eval()
+    batch = collate(Encoded.from_lists([[5, 6, 7, 8, 9, 10]], [[14, 15, 16]], [0]), [0])
+    measured = measure_roles(run.model, [batch])
+    attention = attention_maps(run.model, batch.src, batch.tgt_in)
+    src, tgt = batch.src[0].tolist(), batch.tgt_in[0].tolist()  # source + </s>; <s> + target
+    for kind in KINDS:
+        keys, sink = (tgt, BOS) if kind == "dec-self" else (src, EOS)
+        for layer, maps in enumerate(getattr(attention, FIELDS[kind])):
+            for head, p in enumerate(maps[0].double().tolist()):  # p: [Tq][Tk]
+                rows = [row_measures_by_hand(row, i, keys, sink, kind, len(src), len(tgt)) for i, row in enumerate(p)]
+                for name in rows[0]:
+                    values = [r[name] for r in rows if r[name] is not None]
+                    expected = pytest.approx(sum(values) / len(values), abs=1e-5)
+                    assert float(measured[kind][name][layer, head]) == expected, (kind, layer, head, name)
+
+
+def row_measures_by_hand(row: list[float], i: int, keys: list[int], sink: int, kind: str, S: int, T: int) -> dict:
+    """The measures of query row i (roles.py's docstring); entropy_normalised is None where the row may
+    attend to one key only (dec-self's first row), which the mean leaves out."""
+    allowed = i + 1 if kind == "dec-self" else len(keys)
+    entropy = -sum(x * math.log(x) for x in row if x > 0)
+    measures = {
+        "entropy": entropy,
+        "entropy_normalised": entropy / math.log(allowed) if allowed >= 2 else None,
+        "confidence": max(row),
+        "previous": row[i - 1] if 0 < i <= len(row) else 0.0,
+        "same": row[i] if i < len(row) else 0.0,
+        "next": row[i + 1] if i + 1 < len(row) else 0.0,
+        "sink": sum(x for x, key in zip(row, keys) if key == sink),
+    }
+    if kind == "cross":  # source keys within one position of j = i · (S - 1) / (T - 1)
+        measures["diagonal"] = sum(x for j, x in enumerate(row) if abs(j - i * (S - 1) / (T - 1)) <= 1)
+    return measures
 
 
 def test_role_records_number_layers_and_heads_from_one():

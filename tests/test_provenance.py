@@ -11,24 +11,28 @@ import torch
 
 from mhatrain.core.provenance import code_version, cpu_model, read_sessions
 
-from .conftest import TINY, TOY, run_cli
+from .conftest import TINY, TOY, run_cli, set_args, train_argv
 
 
 def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def quick_sets(spm_cache, steps: int = 4) -> list[str]:
-    items = [f"data.cache_dir={spm_cache}", f"train.max_steps={steps}", "train.valid_max_sentences=5"]
-    return [arg for item in items for arg in ("--set", item)]
+def quick(steps: int = 4) -> tuple[str, ...]:
+    """Settings of a run of a few updates, validated on 5 sentences."""
+    return (f"train.max_steps={steps}", "train.valid_max_sentences=5")
+
+
+def quick_train(out, spm_cache, steps: int = 4, flags: tuple[str, ...] = ()) -> list[str]:
+    return train_argv(out, *quick(steps), spm_cache=spm_cache, flags=flags)
 
 
 def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, spm_cache):
     out = tmp_path / "run"
-    first = run_cli("train", str(TINY), "--out", str(out), *quick_sets(spm_cache))
+    first = run_cli(*quick_train(out, spm_cache))
     assert first.returncode == 0, first.stderr + first.stdout
     (session,) = read_sessions(out)
-    assert session["command"] == f"mhatrain train {TINY} --out {out} " + " ".join(quick_sets(spm_cache))
+    assert session["command"] == "mhatrain " + " ".join(quick_train(out, spm_cache))
     assert session["code"] == code_version() and session["code"]["commit"]  # the tests run in a checkout
     env = session["environment"]
     assert (env["python"], env["torch"], env["cpu"]) == (platform.python_version(), torch.__version__, cpu_model())
@@ -40,11 +44,11 @@ def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, s
     assert session["tokenizer"]["sha256"] == sha256(out / "spm.model")
     assert session["resumed"] is False and session["processes"] == 1
 
-    resumed = run_cli("train", str(TINY), "--out", str(out), "--resume", *quick_sets(spm_cache, steps=6))
+    resumed = run_cli(*quick_train(out, spm_cache, steps=6, flags=("--resume",)))
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     kept, second = read_sessions(out)
     assert kept == session and second["resumed"] is True and "--resume" in second["command"]
-    finished = run_cli("train", str(TINY), "--out", str(out), "--resume", *quick_sets(spm_cache, steps=6))
+    finished = run_cli(*quick_train(out, spm_cache, steps=6, flags=("--resume",)))
     assert "nothing to do" in finished.stdout and len(read_sessions(out)) == 2  # a session that trained nothing: none
 
     evaluated = run_cli("eval", str(out), "--split", "test", "--beam", "1")
@@ -61,7 +65,9 @@ def test_a_run_records_its_provenance_and_a_resume_appends_a_session(tmp_path, s
 
 def test_report_summarises_provenance_and_notes_points_that_differ(tmp_path, spm_cache):
     out = tmp_path / "study"
-    made = run_cli("ablate", str(TINY), "--heads", "1,8", "--out", str(out), *quick_sets(spm_cache))
+    made = run_cli(
+        "ablate", str(TINY), "--heads", "1,8", "--out", str(out), *set_args(f"data.cache_dir={spm_cache}", *quick())
+    )
     assert made.returncode == 0, made.stderr + made.stdout
     commit = code_version()["commit"][:12]
     summary = next(line for line in made.stdout.splitlines() if line.startswith("provenance: "))

@@ -53,6 +53,54 @@ def test_training_runs_step_optimizer_update_for_every_update(tmp_path, spm_cach
     ]
 
 
+def test_training_descends_the_loss_smoothed_by_train_label_smoothing(tmp_path, spm_cache, monkeypatch):
+    """The config's ε reaches the update: the loss that training logs and the gradient Adam receives are
+    F.cross_entropy's with label_smoothing=ε (0.3, not the default), computed here on the update's share
+    before the update runs. (A loss that ignored the setting trains, and every maths test still passes.)"""
+    import torch.nn.functional as F
+
+    import mhatrain.training.loop
+    from mhatrain.data.tokens import PAD
+
+    smoothing, seen, real = 0.3, [], update_step.optimizer_update
+
+    def checked(forward_model, ddp_model, optimizer, scaler, share, t, lr, procs, sizes=None):
+        n_tokens = sum(weight * batch.n_tgt_tokens for batch, weight in share)
+        expected = sum(
+            weight
+            * F.cross_entropy(
+                (logits := ddp_model(batch.src, batch.tgt_in)).view(-1, logits.size(-1)),
+                batch.tgt_out.reshape(-1),
+                ignore_index=PAD,
+                label_smoothing=smoothing,
+                reduction="sum",
+            )
+            for batch, weight in share
+        )
+        parameters = dict(ddp_model.named_parameters())
+        expected_grads = torch.autograd.grad(expected / n_tokens, list(parameters.values()))
+        received, step = {}, optimizer.step
+
+        def recording_step(*args, **kwargs):
+            received.update({name: p.grad.clone() for name, p in parameters.items()})
+            return step(*args, **kwargs)
+
+        optimizer.step = recording_step
+        stats = real(forward_model, ddp_model, optimizer, scaler, share, t, lr, procs, sizes)
+        seen.append((expected.item() / n_tokens, dict(zip(parameters, expected_grads)), stats.read(), received))
+        return stats
+
+    monkeypatch.setattr(mhatrain.training.loop, "optimizer_update", checked)
+    overrides = [f"data.cache_dir={spm_cache}", "train.max_steps=1", "train.valid_bleu=false", "train.clip_norm=0"]
+    config = load_config(TINY, [*overrides, f"train.label_smoothing={smoothing}", "train.log_every=1000"])
+    train(config, tmp_path / "run", console=Console(file=io.StringIO()))
+    ((loss, grads, stats, received),) = seen
+    assert stats["loss"] == pytest.approx(loss, abs=1e-4)
+    assert received.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(received[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_bench_train_times_the_update_that_training_runs(updates):
     """The bench's sample is step.optimizer_update once per batch, and one update through the bench
     gives the loss and parameters of the same update called directly."""

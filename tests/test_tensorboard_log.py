@@ -8,7 +8,7 @@ import pytest
 
 from mhatrain.training.tensorboard_log import TAGS
 
-from .conftest import TINY, assert_clean_error, run_cli
+from .conftest import TINY, assert_clean_error, run_cli, train_argv
 
 
 def read_board(run_dir) -> dict[str, list[tuple[int, float]]]:
@@ -31,22 +31,13 @@ def from_metrics(run_dir) -> dict[str, list[tuple[int, float]]]:
 
 def test_tensorboard_scalars_equal_metrics_jsonl_across_a_crash_and_resume(tmp_path, spm_cache):
     out = tmp_path / "run"
-    sets = [
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "train.log_every=3",
-        "--set",
-        "train.valid_every=6",
-        "--set",
-        "train.valid_max_sentences=5",
-        "--set",
-        "train.max_steps=18",
-    ]
+    sets = ("train.log_every=3", "train.valid_every=6", "train.valid_max_sentences=5", "train.max_steps=18")
     # killed in update 17: the events of update 15 are written, the last checkpoint is update 12's
-    killed = run_cli("train", str(TINY), "--out", str(out), "--tensorboard", *sets, env={"MHATRAIN_FAULT": "update:17"})
+    killed = run_cli(
+        *train_argv(out, *sets, spm_cache=spm_cache, flags=("--tensorboard",)), env={"MHATRAIN_FAULT": "update:17"}
+    )
     assert killed.returncode != 0 and read_board(out)["train/loss"][-1][0] == 15
-    resumed = run_cli("train", str(TINY), "--out", str(out), "--resume", "--set", "train.tensorboard=true", *sets)
+    resumed = run_cli(*train_argv(out, "train.tensorboard=true", *sets, spm_cache=spm_cache, flags=("--resume",)))
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     board, metrics = read_board(out), from_metrics(out)
     assert set(board) == {
@@ -73,7 +64,7 @@ def test_tensorboard_without_the_package_is_a_one_line_error_before_training(tmp
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
     env = {"PYTHONPATH": str(fake.parent)}
-    result = run_cli("train", str(TINY), "--out", str(tmp_path / "run"), "--tensorboard", env=env)
+    result = run_cli(*train_argv(tmp_path / "run", flags=("--tensorboard",)), env=env)
     assert_clean_error(result, "train.tensorboard needs the tensorboard package: pip install 'mhatrain[tensorboard]'")
     assert not (tmp_path / "run").exists()
     study = run_cli(

@@ -19,7 +19,7 @@ from mhatrain.core.errors import CheckpointError
 from mhatrain.training.loop import train
 from mhatrain.training.step import noam_lr
 
-from .conftest import ROOT, TINY, run_cli
+from .conftest import ROOT, TINY, run_cli, train_argv
 
 
 def quiet_config(spm_cache, *overrides):
@@ -73,23 +73,12 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path, spm_cache, precision):
 
 
 def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
-    common = [
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "model.dropout=0.1",
-        "--set",
-        "train.max_steps=120",
-        "--set",
-        "train.checkpoint_every=7",
-        "--set",
-        "train.valid_max_sentences=20",
-    ]
+    common = ("model.dropout=0.1", "train.max_steps=120", "train.checkpoint_every=7", "train.valid_max_sentences=20")
     reference = tmp_path / "reference"
-    assert run_cli("train", str(TINY), "--out", str(reference), *common).returncode == 0
+    assert run_cli(*train_argv(reference, *common, spm_cache=spm_cache)).returncode == 0
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mhatrain", "train", str(TINY), "--out", str(killed), *common],
+        [sys.executable, "-m", "mhatrain", *train_argv(killed, *common, spm_cache=spm_cache)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -102,7 +91,7 @@ def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
     proc.wait()
     assert (killed / "last.pt").exists()
     assert load_checkpoint(killed / "last.pt")["progress"]["step"] < 120
-    resumed = run_cli("train", str(TINY), "--out", str(killed), "--resume", *common)
+    resumed = run_cli(*train_argv(killed, *common, spm_cache=spm_cache, flags=("--resume",)))
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming at update" in resumed.stdout
     assert_same_weights(weights(reference), weights(killed))
@@ -111,19 +100,7 @@ def test_killed_run_resumes_to_identical_weights(tmp_path, spm_cache):
 def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mhatrain",
-            "train",
-            str(TINY),
-            "--out",
-            str(out),
-            "--set",
-            f"data.cache_dir={spm_cache}",
-            "--set",
-            "train.max_epochs=50",
-        ],
+        [sys.executable, "-m", "mhatrain", *train_argv(out, "train.max_epochs=50", spm_cache=spm_cache)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
