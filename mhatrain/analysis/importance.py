@@ -239,10 +239,11 @@ def pruning_curve(judge: Judge, order: list[Head], baseline: dict, tick=lambda: 
 
 
 def _tolerance_bracket(scores: dict[int, dict], floor: float) -> tuple[int, int | None]:
-    """(last count before the first one scoring below `floor`, that first count or None)."""
+    """(last count before the first one scoring at or below `floor`, that first count or None): a drop of
+    exactly BLEU_TOLERANCE already stops pruning, as prunable() and the figure caption say."""
     counts = sorted(scores)
     for before, count in zip(counts, counts[1:]):
-        if scores[count]["bleu"] < floor:
+        if scores[count]["bleu"] <= floor:
             return before, count
     return counts[-1], None
 
