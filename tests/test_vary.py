@@ -543,3 +543,41 @@ def test_export_copies_every_cell(varied, tmp_path):
         assert (exported / cell / "h08-seed2" / "eval" / "test.beam3.json").is_file()
         assert not list((exported / cell).rglob("*.pt"))
     assert (exported / "regime-map.csv").is_file() and (exported / "study.yaml").is_file()
+
+
+def test_the_regime_readme_map_is_the_committed_reports():
+    """The regime study README's map (Δ, interval and Holm p on both measures, power at the design) is
+    the committed reports' numbers: results/regimes-multi30k (base, (b)) and results/regimes-dhead ((c))."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    readme = (root / "regimes-multi30k" / "README.md").read_text(encoding="utf-8").replace("−", "-")
+    section = readme[readme.index("### The map on both measures") : readme.index("What the tests support")]
+    rows = {
+        cells[0]: cells
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| cell")
+        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
+    }
+    main = json.loads((root / "regimes-multi30k" / "report.json").read_text())
+    dhead = json.loads((root / "regimes-dhead" / "report.json").read_text())
+
+    def h1(report, cell_prefix):
+        return next(r for r in report["regime_map"] if r["heads"] == 1 and r["cell"].endswith(cell_prefix))
+
+    def power(report, measure):
+        (pair,) = report["interaction"][measure][0]["against_reference"]
+        return pair["power"]["design"]
+
+    base = h1(main, "model.d_model=256,model.d_ff=1024")
+    for column, measure, digits in ((4, "cross_entropy", 3), (5, "bleu", 2)):
+        entry = base[measure]
+        low, high = entry["test_ci95"]
+        shown = (
+            f"{entry['difference']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {entry['test_p_adjusted']:.3f}"
+        )
+        assert rows["base (d_model 256)"][column] == shown
+    wide = h1(main, "model.d_model=512,model.d_ff=2048")
+    assert rows["(b) d_model 512"][4] == f"{wide['cross_entropy']['difference']:.3f}, not tested"
+    assert rows["(b) d_model 512"][5] == f"{wide['bleu']['difference']:.2f}, not tested"
+    assert wide["bleu"]["verdict"].startswith("not tested") and len(wide["bleu"]["seeds"]) == 1
+    for name, report in (("(b) d_model 512", main), ("(c) d_head 64", dhead)):
+        assert rows[name][7] == f"{power(report, 'cross_entropy'):.2f} / {power(report, 'bleu'):.2f}"
