@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from rich.console import Console
@@ -19,7 +20,7 @@ from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.comparison import verdict_of
-from mhatrain.study.interaction import interaction
+from mhatrain.study.interaction import interaction, power
 from mhatrain.study.record import Point, expand_grid, open_study, parse_cell, parse_point_name, point_dirs
 from mhatrain.study.regimes import cell_labels, point_cost, to_csv
 
@@ -120,28 +121,49 @@ def test_the_report_tests_each_cell_and_maps_the_regimes(varied):
         row = next(r for r in report["regime_map"] if r["cell"] == cell and r["heads"] == 1)
         bleu = {(run["heads"], run["seed"]): run["test_bleu"] for run in sub["runs"]}
         expected = [bleu[1, seed] - bleu[8, seed] for seed in (1, 2)]
-        assert row["seeds"] == [1, 2] and row["differences"] == pytest.approx(expected, abs=1e-4)
-        assert row["difference"] == pytest.approx(sum(expected) / 2, abs=1e-4)
-        assert (row["test_p_adjusted"], row["verdict"]) == verdict_of(sub["by_heads"][0])  # the cell's test
-        assert row["verdict"] is not None and row["test_ci95"][0] <= row["test_ci95"][1]
+        assert row["bleu"]["seeds"] == [1, 2] and row["bleu"]["differences"] == pytest.approx(expected, abs=1e-4)
+        assert row["bleu"]["difference"] == pytest.approx(sum(expected) / 2, abs=1e-4)
+        assert (row["bleu"]["test_p_adjusted"], row["bleu"]["verdict"]) == verdict_of(sub["by_heads"][0])
+        assert row["bleu"]["verdict"] is not None and row["bleu"]["test_ci95"][0] <= row["bleu"]["test_ci95"][1]
         assert row["parameters"] == sub["by_heads"][0]["parameters"] and row["flops_per_token"] > 0
-    (test,) = report["interaction"]
-    assert test["heads"] == 1 and test["cells"] == 2 and test["differences"] == 4 and test["df"] == [1, 2]
-    (pair,) = test["against_reference"]  # post-LN against the first level, pre-LN
-    assert (pair["cell"], pair["reference"]) == ("model.norm=post", "model.norm=pre")
-    rows = {r["cell"]: r for r in report["regime_map"] if r["heads"] == 1}
-    assert all(r["shared_variance"] is not None and r["shared_variance"] >= 0 for r in rows.values())
-    assert pair["difference"] == pytest.approx(
-        rows["model.norm=post"]["difference"] - rows["model.norm=pre"]["difference"], abs=2e-4
-    )
+        # cross-entropy, the primary measure: eval wrote per-sentence values, so the map uses the test set and
+        # each cell's own cross-entropy test (its interval, Holm p, verdict and shared sentence variance)
+        nll = {(run["heads"], run["seed"]): run["test_nll"] for run in sub["runs"]}
+        ce = row["cross_entropy"]
+        assert ce["source"] == "test" and sub["significance"]["cross_entropy"]["source"] == "test"
+        assert ce["differences"] == pytest.approx([nll[1, s] - nll[8, s] for s in (1, 2)], abs=1e-4)
+        own = sub["significance"]["cross_entropy"]["seed_level"][0]
+        assert (ce["test_p_adjusted"], ce["verdict"], ce["test_ci95"]) == (
+            own["p_adjusted"],
+            own["verdict"],
+            own["ci95"],
+        )
+        assert ce["shared_variance"] == own["shared_sentence_variance"] and ce["shared_variance"] >= 0
+    assert report["cross_entropy_source"] == "test" and list(report["measures"]) == ["cross_entropy", "bleu"]
+    for measure in ("cross_entropy", "bleu"):
+        (test,) = report["interaction"][measure]
+        assert test["heads"] == 1 and test["cells"] == 2 and test["differences"] == 4 and test["df"] == [1, 2]
+        (pair,) = test["against_reference"]  # post-LN against the first level, pre-LN
+        assert (pair["cell"], pair["reference"]) == ("model.norm=post", "model.norm=pre")
+        rows = {r["cell"]: r[measure] for r in report["regime_map"] if r["heads"] == 1}
+        assert all(r["shared_variance"] is not None and r["shared_variance"] >= 0 for r in rows.values())
+        assert pair["difference"] == pytest.approx(
+            rows["model.norm=post"]["difference"] - rows["model.norm=pre"]["difference"], abs=2e-4
+        )
+        effect = {"cross_entropy": 0.03, "bleu": 1.5}[measure]
+        assert pair["power"]["effect"] == effect and pair["power"]["design_seeds"] == 2
+        assert 0 < pair["power"]["now"] <= 1 and pair["power"]["now"] == pair["power"]["design"]  # 2 seeds = design
     with open(out / "regime-map.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["model.norm"], r["heads"]) for r in rows] == [("pre", "1"), ("pre", "8"), ("post", "1"), ("post", "8")]
     assert (out / "regime-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert rows[0]["ce_source"] == "test" and rows[0]["ce_diff_to_baseline"] and rows[0]["bleu_diff_to_baseline"]
+    assert rows[2]["ce_interaction_p_holm"] and rows[2]["bleu_power_design"] and not rows[0]["ce_interaction_p"]
     markdown = (out / "report.md").read_text()
-    assert "## Regime map" in markdown and "## Does Δ differ between cells?" in markdown
-    assert "Each cell against the reference cell (norm=pre):" in markdown
-    assert "| norm=post | 1 |" in markdown  # the map names cells by their labels
+    assert "## Regime map: Δ of h against h=8 in each cell, cross-entropy (primary) and test BLEU" in markdown
+    assert "## Does Δ differ from the reference cell (norm=pre)? Interaction tests, both measures" in markdown
+    assert markdown.index("| norm=post | 1 | cross-entropy |") < markdown.index("| norm=post | 1 | test BLEU |")
+    assert "| norm=post | 1 | 2 (1,2) |" in markdown  # the map names cells by their labels
     assert "Regime map of study" in varied["second"].stdout  # ablate ends with the report
     # the closing line names each cell's files once, not once per cell
     assert "in the 2 cells' folders: report.md  report.csv" in varied["second"].stdout
@@ -206,15 +228,150 @@ def test_each_cell_is_tested_against_the_reference_cell_with_the_pooled_spread()
     assert sorted(p["p_holm"] for p in pairs) == pytest.approx([2 * raw[0], max(2 * raw[0], raw[1])])
 
 
-def test_a_cell_of_one_seed_takes_the_shared_sentence_variance_of_the_others():
-    """A one-seed cell has no test of its own against h=8 to give v; leaving it at 0 would understate its
-    variance, so it takes the mean v of the cells that have one."""
+def test_a_cell_of_one_seed_is_not_tested_but_its_power_at_the_design_is_stated():
+    """A one-seed cell has no spread of its own: its Δ is not tested against the reference (and stays out of
+    the Holm family and the omnibus test), while its power at the design's seeds uses the pooled spread and,
+    lacking a test of its own against h=8, the other cells' mean shared sentence variance v."""
     base = {"cell": "a", "heads": 1, "differences": [0.5, 0.9, 0.7], "shared_variance": 0.04}
     one = {"cell": "b", "heads": 1, "differences": [-0.6], "shared_variance": None}
-    (test,) = interaction([base, one], baseline=8)
+    (test,) = interaction([base, one], baseline=8, effect=1.5, design_seeds=3)
+    (pair,) = test["against_reference"]
+    assert pair["p"] is None and pair["verdict"] == "not tested (one seed in this cell)"
+    assert pair["difference"] == pytest.approx(-1.3) and test["p"] is None and test["verdict"] == "untestable"
     s2 = sum((x - 0.7) ** 2 for x in base["differences"]) / 2
-    variance = s2 * (1 / 3 + 1) + 0.04 + 0.04
-    assert test["against_reference"][0]["p"] == pytest.approx(2 * stats.t.sf(1.3 / variance**0.5, 2))
+    # one pair: Holm's level is 0.05; the design: 2 cells × 3 seeds − 2 cells = 4 df, v = 0.04 in both cells
+    expected = power(1.5, s2, (3, 3), (0.04, 0.04), 4, 0.05)
+    assert pair["power"]["now"] is None and pair["power"]["design"] == pytest.approx(expected, abs=1e-3)
+    untrained = {"cell": "c", "heads": 1, "differences": []}  # a cell laid out, nothing trained: power before training
+    (test,) = interaction([base, untrained], baseline=8, effect=1.5, design_seeds=3)
+    (pair,) = test["against_reference"]
+    assert (pair["delta"], pair["verdict"]) == (None, "not tested (no seed tested yet)")
+    assert pair["power"]["design"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_without_shared_variance_the_power_is_the_noncentral_t():
+    critical = stats.t.ppf(0.975, 6)
+    noncentrality = 0.5 / (0.09 * (1 / 3 + 1 / 5)) ** 0.5
+    expected = stats.nct.sf(critical, 6, noncentrality) + stats.nct.cdf(-critical, 6, noncentrality)
+    assert power(0.5, 0.09, (3, 5), (0.0, 0.0), 6, 0.05) == pytest.approx(expected, abs=1e-4)
+    assert power(0.0, 0.09, (3, 5), (0.0, 0.0), 6, 0.05) == pytest.approx(0.05, abs=1e-4)  # no effect: the level
+
+
+def test_the_power_of_the_interaction_test_is_the_rate_at_which_it_calls_an_effect():
+    """The analytic power (noncentral t) against the rejection rate of the test itself on simulated
+    per-seed differences with the same spread and shared variance, with and without an interaction."""
+    rng = np.random.default_rng(5)
+    sd, v, seeds, effect = 0.3, 0.01, 3, 0.6
+
+    def rate(delta: float, studies: int = 1500) -> float:
+        called = 0
+        for _ in range(studies):
+            rows = [
+                {"cell": c, "heads": 1, "differences": list(rng.normal(mean + rng.normal(0, v**0.5), sd, seeds))}
+                | {"shared_variance": v}
+                for c, mean in (("a", 0.0), ("b", delta))
+            ]
+            (test,) = interaction(rows, baseline=8)
+            called += test["against_reference"][0]["p_holm"] < 0.05
+        return called / studies
+
+    analytic = {delta: power(delta, sd**2, (seeds, seeds), (v, v), 2 * seeds - 2, 0.05) for delta in (0.0, effect)}
+    assert 0.2 < analytic[effect] < 0.9  # neither trivially 0 nor 1
+    assert analytic[0.0] < 0.04  # a known v makes the t reference conservative: below the level
+    # Monte Carlo sd ≈ 0.004 at no effect, 0.012 at the effect; the noncentral t alone (v taken as
+    # estimated) would say 0.05 and 0.37: outside both tolerances
+    assert rate(0.0) == pytest.approx(analytic[0.0], abs=0.015)
+    assert rate(effect) == pytest.approx(analytic[effect], abs=0.035)
+    rows = [{"cell": c, "heads": 1, "differences": [-sd, 0.0, sd], "shared_variance": v} for c in "ab"]
+    (test,) = interaction(rows, baseline=8, effect=effect, design_seeds=seeds)  # s² = sd² exactly
+    assert test["against_reference"][0]["power"]["now"] == pytest.approx(analytic[effect], abs=1e-3)
+
+
+def _copy_study(varied, tmp_path) -> Path:
+    return Path(shutil.copytree(varied["out"], tmp_path / "study"))
+
+
+def test_a_cell_trained_with_another_tokenizer_is_left_out_of_the_cross_entropy_interaction(varied, tmp_path):
+    """Per-token cross-entropy is on each tokenizer's tokens: a cell whose runs recorded another tokenizer is
+    not compared with the reference cell on it (one line says why), while its BLEU still is."""
+    study = _copy_study(varied, tmp_path)
+    for path in (study / "model.norm=post").glob("h0*-seed*/provenance.json"):
+        record = json.loads(path.read_text())
+        for session in record["sessions"]:
+            session["tokenizer"]["sha256"] = "f" * 64  # as if its tokenizer were fit on fewer pairs
+        path.write_text(json.dumps(record))
+    result = run_cli("report", str(study))
+    assert result.returncode == 0 and "Traceback" not in result.stderr + result.stdout, result.stderr
+    report = json.loads((study / "report.json").read_text())
+    (note,) = report["tokenizer_notes"]
+    assert note.startswith("norm=post: its runs' tokenizer (ffffffffffff) is not the reference cell's (")
+    assert "per-token cross-entropy is not compared across tokenizers" in note
+    (ce,) = report["interaction"]["cross_entropy"]
+    (bleu,) = report["interaction"]["bleu"]
+    assert ce["cells"] == 1 and ce["against_reference"] == [] and ce["p"] is None
+    assert bleu["cells"] == 2 and bleu["against_reference"][0]["p"] is not None
+    row = next(r for r in report["regime_map"] if r["cell"] == "model.norm=post" and r["heads"] == 1)
+    assert row["cross_entropy"]["difference"] is not None  # its Δ within the cell is on one tokenizer
+    assert "not compared across tokenizers" in (study / "report.md").read_text()
+    assert "not compared across tokenizers" in result.stdout
+
+
+def test_without_per_sentence_values_the_map_uses_validation_cross_entropy_with_no_shared_term(varied, tmp_path):
+    study = _copy_study(varied, tmp_path)
+    for path in study.glob("model.norm=*/h0*-seed*/eval/test.*.json"):
+        record = json.loads(path.read_text())
+        record.pop("cross_entropy", None)  # as the committed points' eval wrote them
+        path.write_text(json.dumps(record))
+    assert run_cli("report", str(study)).returncode == 0
+    report = json.loads((study / "report.json").read_text())
+    assert report["cross_entropy_source"] == "validation"
+    assert "v = 0 in every cell (not included)" in report["cross_entropy_text"]
+    for row in report["regime_map"]:
+        sub = json.loads((study / row["cell"] / "report.json").read_text())
+        valid = {(r["heads"], r["seed"]): r["valid_nll"] for r in sub["runs"]}
+        ce = row["cross_entropy"]
+        assert ce["source"] == "validation" and ce["shared_variance"] == 0.0
+        if row["heads"] == 1:
+            assert ce["differences"] == pytest.approx([valid[1, s] - valid[8, s] for s in (1, 2)], abs=1e-4)
+    markdown = (study / "report.md").read_text()
+    assert "Cross-entropy: validation cross-entropy" in markdown and "not included" in markdown
+
+
+def test_a_cell_named_in_regime_map_yaml_leaves_the_map_with_its_reason(varied, tmp_path):
+    study = _copy_study(varied, tmp_path)
+    (study / "regime-map.yaml").write_text("left_out:\n  model.norm=post: under-trained at this budget\n")
+    result = run_cli("report", str(study))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((study / "report.json").read_text())
+    assert [c["name"] for c in report["cells"]] == ["model.norm=pre"]
+    assert {row["cell"] for row in report["regime_map"]} == {"model.norm=pre"}
+    (left,) = report["left_out_cells"]
+    assert (left["name"], left["reason"], left["runs_done"]) == ("model.norm=post", "under-trained at this budget", 4)
+    assert all(t["against_reference"] == [] for m in ("cross_entropy", "bleu") for t in report["interaction"][m])
+    assert (study / "model.norm=post" / "report.md").is_file()  # its own report stays, as a record
+    markdown = (study / "report.md").read_text()
+    assert "## Cells left out of the map" in markdown and "under-trained at this budget" in markdown
+    assert "left out of the map: norm=post: under-trained at this budget" in result.stdout
+    (study / "regime-map.yaml").write_text("left_out:\n  model.norm=sideways: typo\n")
+    assert_clean_error(
+        run_cli("report", str(study)), "regime-map.yaml: no cell folder with points named model.norm=sideways"
+    )
+
+
+def test_training_keeps_a_tokenizer_placed_in_its_run_directory(varied, tmp_path, spm_cache):
+    """Cell (d) of the regime study (study-data.sh) trains on a quarter of the pairs with the full training
+    set's tokenizer, placed in each point's folder: `train` must use it, not fit one on the kept pairs."""
+    full = varied["out"] / "model.norm=pre" / "h01-seed1" / "spm.model"
+    quarter = ["--set", "data.max_train_examples=12", "--set", "train.max_steps=2", *sets(spm_cache)]
+    placed, fitted = tmp_path / "placed", tmp_path / "fitted"
+    placed.mkdir()
+    shutil.copy(full, placed / "spm.model")
+    for out in (placed, fitted):
+        result = run_cli("train", str(TINY), "--out", str(out), *quarter)
+        assert result.returncode == 0, result.stderr
+    digest = json.loads((placed / "provenance.json").read_text())["sessions"][0]["tokenizer"]["sha256"]
+    assert digest == hashlib.sha256(full.read_bytes()).hexdigest()
+    assert (fitted / "spm.model").read_bytes() != full.read_bytes()  # without it: a tokenizer of the 12 pairs
 
 
 def test_the_regime_csv_has_a_column_for_each_key_of_a_linked_factor():
@@ -223,13 +380,13 @@ def test_the_regime_csv_has_a_column_for_each_key_of_a_linked_factor():
         {"model.norm": "post", "model.d_model": "512"},
     ]
     names = ["model.norm=pre,model.d_model=256", "model.norm=post,model.d_model=512"]
-    empty = dict.fromkeys(["d_head", "parameters", "flops_per_token", "test_bleu", "difference"])
+    measure = dict.fromkeys(["source", "value", "difference", "seed_ci95", "test_ci95", "test_p_adjusted", "verdict"])
     report = {
         "factors": {"model.norm,model.d_model": ["pre:256", "post:512"]},
         "cells": [{"cell": cell, "name": name} for cell, name in zip(cells, names)],
         "regime_map": [
-            {**empty, "cell": name, "heads": h, "seeds": [], "seed_ci95": None, "test_ci95": None}
-            | {"test_p_adjusted": None, "verdict": None}
+            {"cell": name, "heads": h, "d_head": None, "parameters": None, "flops_per_token": None}
+            | {"cross_entropy": {**measure, "seeds": []}, "bleu": {**measure, "seeds": []}}
             for name in names
             for h in (1, 8)
         ],
@@ -386,3 +543,41 @@ def test_export_copies_every_cell(varied, tmp_path):
         assert (exported / cell / "h08-seed2" / "eval" / "test.beam3.json").is_file()
         assert not list((exported / cell).rglob("*.pt"))
     assert (exported / "regime-map.csv").is_file() and (exported / "study.yaml").is_file()
+
+
+def test_the_regime_readme_map_is_the_committed_reports():
+    """The regime study README's map (Δ, interval and Holm p on both measures, power at the design) is
+    the committed reports' numbers: results/regimes-multi30k (base, (b)) and results/regimes-dhead ((c))."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    readme = (root / "regimes-multi30k" / "README.md").read_text(encoding="utf-8").replace("−", "-")
+    section = readme[readme.index("### The map on both measures") : readme.index("What the tests support")]
+    rows = {
+        cells[0]: cells
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| cell")
+        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
+    }
+    main = json.loads((root / "regimes-multi30k" / "report.json").read_text())
+    dhead = json.loads((root / "regimes-dhead" / "report.json").read_text())
+
+    def h1(report, cell_prefix):
+        return next(r for r in report["regime_map"] if r["heads"] == 1 and r["cell"].endswith(cell_prefix))
+
+    def power(report, measure):
+        (pair,) = report["interaction"][measure][0]["against_reference"]
+        return pair["power"]["design"]
+
+    base = h1(main, "model.d_model=256,model.d_ff=1024")
+    for column, measure, digits in ((4, "cross_entropy", 3), (5, "bleu", 2)):
+        entry = base[measure]
+        low, high = entry["test_ci95"]
+        shown = (
+            f"{entry['difference']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {entry['test_p_adjusted']:.3f}"
+        )
+        assert rows["base (d_model 256)"][column] == shown
+    wide = h1(main, "model.d_model=512,model.d_ff=2048")
+    assert rows["(b) d_model 512"][4] == f"{wide['cross_entropy']['difference']:.3f}, not tested"
+    assert rows["(b) d_model 512"][5] == f"{wide['bleu']['difference']:.2f}, not tested"
+    assert wide["bleu"]["verdict"].startswith("not tested") and len(wide["bleu"]["seeds"]) == 1
+    for name, report in (("(b) d_model 512", main), ("(c) d_head 64", dhead)):
+        assert rows[name][7] == f"{power(report, 'cross_entropy'):.2f} / {power(report, 'bleu'):.2f}"

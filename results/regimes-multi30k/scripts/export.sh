@@ -1,6 +1,7 @@
 #!/bin/bash
 # Copy the regime study (runs/regimes-multi30k) and the post-LN tuning runs (runs/tune-postln) into
-# results/regimes-multi30k, and cell (c) (runs/regimes-dhead) into results/regimes-dhead, without
+# results/regimes-multi30k, cell (c) (runs/regimes-dhead) into results/regimes-dhead and cell (d)
+# (runs/regimes-data) into results/regimes-data, without
 # checkpoints, with the CPU-time logs, then rebuild the studies' reports with this checkout's code.
 # Unfinished points come along as they stand: `ablate` continues an exported study.
 set -e
@@ -23,4 +24,8 @@ nice -n 10 .venv/bin/mhatrain report "$D"
 if [ -d runs/regimes-dhead ]; then  # cell (c), a study of its own (study-dhead.sh)
   nice -n 10 .venv/bin/mhatrain export runs/regimes-dhead results/regimes-dhead --overwrite > /dev/null
   nice -n 10 .venv/bin/mhatrain report results/regimes-dhead
+fi
+if [ -d runs/regimes-data ]; then  # cell (d), a study of its own (study-data.sh)
+  nice -n 10 .venv/bin/mhatrain export runs/regimes-data results/regimes-data --overwrite > /dev/null
+  nice -n 10 .venv/bin/mhatrain report results/regimes-data
 fi

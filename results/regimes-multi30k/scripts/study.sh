@@ -4,7 +4,10 @@
 # norm:lr_factor:warmup:d_model:d_ff:
 #   base  pre:0.4:500:256:1024    the committed Multi30k grid's h=1 and h=8, seeds 1–3 (adopted, not retrained)
 #   (b)   pre:0.4:500:512:2048    the paper's width (d_k 64 at h=8)
-#   (a)   post:LF:WU:256:1024     post-LN, with the learning rate and warm-up chosen on validation loss
+#   (a)   post:LF:WU:256:1024     post-LN, with the learning rate and warm-up chosen on validation loss: left out
+#                                 of the map (regime-map.yaml, README); its runs are kept, do not train its rest
+# Cells (c) d_head 64 and (d) a quarter of the data vary other keys: studies of their own (study-dhead.sh,
+# study-data.sh).
 # Code: the worktree of the commit named by CODE (runs/code-CODE); every point selects its checkpoint by
 # validation loss. Usage: study.sh JOBS LEVEL[,LEVEL...]; stop: SIGTERM the ablate process (points save a
 # checkpoint); rerunning resumes, and new levels add cells. On a machine without runs/, restore.sh first
