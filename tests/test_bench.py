@@ -24,6 +24,7 @@ from mhatrain.bench.timing import Summary, ready_step, time_alternating
 from mhatrain.cli import parse_precision
 from mhatrain.core.config import ModelConfig
 from mhatrain.core.errors import MhatrainError
+from mhatrain.data.tokens import PAD
 from mhatrain.model.flops import forward_macs
 from mhatrain.model.transformer import build_model
 
@@ -283,7 +284,7 @@ def test_flop_count_is_the_models_matmul_weights_per_token(n_heads, d_head):
     cfg = ModelConfig(
         d_model=32, n_heads=n_heads, d_head=d_head, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64
     )
-    model = build_model(cfg, 100)
+    model = build_model(cfg, 100, PAD)
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     width = n_heads * (d_head or cfg.d_model // n_heads)
     attention = 2 * width * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)

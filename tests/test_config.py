@@ -197,7 +197,7 @@ def test_a_directory_or_a_device_given_as_config_is_named_as_such(tmp_path):
 
 
 def test_a_set_head_size_lifts_the_divisibility_rule_and_old_configs_load_without_it():
-    from mhatrain.core.config import head_size
+    from mhatrain.model.sizes import head_size
 
     cfg = config_from_dict({"model": {"d_model": 100, "n_heads": 8, "d_head": 16}}, check_paths=False)
     assert head_size(cfg.model.d_model, cfg.model.n_heads, cfg.model.d_head) == 16

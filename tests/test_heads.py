@@ -55,7 +55,7 @@ def random_model(n_heads: int = 4, seed: int = 0, n_encoder_layers: int = 2, n_d
         dropout=0.0,
         max_positions=64,
     )
-    return build_model(cfg, VOCAB).eval()
+    return build_model(cfg, VOCAB, PAD).eval()
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -293,12 +293,6 @@ def heads_divide(d_model: int, n_heads: int) -> bool:
     return d_model % n_heads == 0
 
 
-def head_size(d_model: int, n_heads: int, d_head: int | None = None) -> int:
-    """d_k = d_v of each head: model.d_head when set, else d_model / n_heads (the paper's rule, which
-    heads_divide checks). The one place that says how wide a head is: attention, reports, FLOP counts."""
-    return d_head if d_head is not None else d_model // n_heads
-
-
 _Fail = Callable[..., NoReturn]  # fail(key, message, *related keys): raises the ConfigError for a broken rule
 
 

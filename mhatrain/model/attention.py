@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.config import head_size, heads_divide
+from ..core.config import heads_divide
+from .sizes import head_size
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ..core.config import ModelConfig, head_size
-from ..data.batches import Batch
-from ..data.tokens import PAD
+from ..core.config import ModelConfig
+from .sizes import head_size
 
 
 def forward_macs(cfg: ModelConfig, vocab_size: int, src_lengths: torch.Tensor, tgt_lengths: torch.Tensor) -> int:
@@ -40,8 +39,7 @@ def forward_macs(cfg: ModelConfig, vocab_size: int, src_lengths: torch.Tensor, t
     return encoder + decoder + n_tgt * D * vocab_size
 
 
-def training_flops(cfg: ModelConfig, vocab_size: int, batch: Batch) -> int:
-    """Model FLOPs of one training step (forward + backward) on the batch."""
-    src_lengths = (batch.src != PAD).sum(1)
-    tgt_lengths = (batch.tgt_out != PAD).sum(1)
-    return 6 * forward_macs(cfg, vocab_size, src_lengths, tgt_lengths)
+def training_flops(cfg: ModelConfig, vocab_size: int, src: torch.Tensor, tgt_out: torch.Tensor, pad_id: int) -> int:
+    """Model FLOPs of one training step (forward + backward) on a batch: src [B, S] and tgt_out [B, T]
+    token ids, right-padded with pad_id."""
+    return 6 * forward_macs(cfg, vocab_size, (src != pad_id).sum(1), (tgt_out != pad_id).sum(1))

@@ -1,7 +1,8 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (§3).
 
 Shape legend: B batch · S source length · T target length · D d_model · V vocabulary.
-Masks are boolean, True = may attend.
+Masks are boolean, True = may attend. Token ids are right-padded with the model's `pad_id`, which the
+data layer chooses and passes in: the model imports nothing from it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.config import ModelConfig
-from ..data.tokens import PAD
 from .attention import KVCache, Mask, MultiHeadAttention
 from .dropout import Dropout
 
@@ -29,9 +29,9 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
     return table
 
 
-def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
-    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token."""
-    return (tokens != PAD)[:, None, None, :]
+def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token (not pad_id)."""
+    return (tokens != pad_id)[:, None, None, :]
 
 
 def causal_mask(length: int, device=None) -> torch.Tensor:
@@ -218,10 +218,10 @@ class Transformer(nn.Module):
     with a DecoderCache); forward = both, teacher-forced, for training.
     """
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int):
         super().__init__()
-        self.cfg, self.vocab_size = cfg, vocab_size
-        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD)
+        self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
+        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
         self.embed_dropout = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
@@ -242,7 +242,7 @@ class Transformer(nn.Module):
         # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
         nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
         with torch.no_grad():
-            self.embed.weight[PAD].zero_()
+            self.embed.weight[self.pad_id].zero_()
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """[B, T] → [B, T, D]: embedding · sqrt(D) + position encoding, then dropout."""
@@ -254,7 +254,7 @@ class Transformer(nn.Module):
         self, src: torch.Tensor, attention: Attention | None = None, gates: HeadGates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
-        src_mask = padding_mask(src)
+        src_mask = padding_mask(src, self.pad_id)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
         for i, layer in enumerate(self.encoder):
@@ -279,7 +279,7 @@ class Transformer(nn.Module):
         """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
-        padding = padding_mask(tgt_in) if attention is not None and cache is None else None
+        padding = padding_mask(tgt_in, self.pad_id) if attention is not None and cache is None else None
         tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
         y = self._embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
@@ -313,8 +313,9 @@ class Transformer(nn.Module):
         return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam)
 
 
-def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:
-    return Transformer(cfg, vocab_size)
+def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> Transformer:
+    """The Transformer of `cfg` over a vocabulary of `vocab_size` ids, batches padded with `pad_id`."""
+    return Transformer(cfg, vocab_size, pad_id)
 
 
 def count_parameters(model: nn.Module) -> int:
