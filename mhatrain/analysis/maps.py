@@ -29,7 +29,7 @@ from ..data.tokenizer import Tokenizer
 from ..data.tokens import BOS, EOS
 from ..inference.search import cut_warning, source_ids, translate_ids
 from ..inference.trained import check_input_length, load_run
-from ..model.transformer import Attention, HeadGates, Transformer
+from ..model.transformer import Attention, Transformer
 from .figures import attention_grid
 from .page import AttentionView, write_attention_html
 
@@ -58,17 +58,15 @@ def select_layers(model: Transformer, kinds: list[str], layer: int | None) -> di
 
 
 @torch.no_grad()
-def attention_maps(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, gates: HeadGates | None = None
-) -> Attention:
+def attention_maps(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> Attention:
     """One teacher-forced pass that returns every layer's per-head probabilities.
 
     src: [B, S] (ids + EOS, PAD-padded); tgt_in: [B, T] (BOS + target). Attention fields hold one
     [B, H, Tq, Tk] tensor per layer; each row sums to 1 over the keys it may attend to.
     """
     attention = Attention()
-    memory, src_mask = model.encode(src, attention=attention, gates=gates)
-    model.decode(tgt_in, memory, src_mask, attention=attention, gates=gates)
+    memory, src_mask = model.encode(src, attention=attention)
+    model.decode(tgt_in, memory, src_mask, attention=attention)
     return attention
 
 

@@ -196,6 +196,7 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(linear.bias)
         self._qkv_kept: tuple | None = None  # the stacked weights while a search keeps them: see keeping_stacked_qkv
         self._keep_qkv = False
+        self.head_gate: torch.Tensor | None = None  # set for a forward pass by transformer.gated_heads
 
     def _project_qkv(self, x):
         """Self-attention: Q, K and V of x in one matmul (W_Q, W_K, W_V stacked)."""
@@ -228,14 +229,11 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | None = None,
         need_weights: bool = False,
-        head_gate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query: [B, Tq, D]; key_value: [B, Tk, D] (the query itself for self-attention).
 
         cache: incremental decoding state (see KVCache). need_weights: also return the per-head
-        attention probabilities [B, H, Tq, Tk] (explicit path). head_gate: [H] multipliers on each
-        head's output before W_O (1 = keep, 0 = prune), or [B, H] for one gate per example (per-sentence
-        gradients of head importance).
+        attention probabilities [B, H, Tq, Tk] (explicit path).
         Returns ([B, Tq, D], probabilities or None).
         """
         # 1. Project and split heads: Q = query W_Q → [B, H, Tq, Dh]
@@ -268,12 +266,16 @@ class MultiHeadAttention(nn.Module):
         if group > 1:
             head_outputs = unfold_group(head_outputs, group)
             probs = unfold_group(probs, group) if probs is not None else None
-        # 4. Optional head gates (head masking / importance), then Concat and W_O.
-        if head_gate is not None:
-            head_outputs = head_outputs * head_gate.to(head_outputs.dtype).view(
-                -1 if head_gate.dim() == 2 else 1, head_outputs.size(1), 1, 1
-            )
-        return self.w_o(merge_heads(head_outputs)), probs  # [B, Tq, D]
+        # 4. Head gates, if any are set, then Concat and W_O.
+        return self.w_o(merge_heads(self._gated(head_outputs))), probs  # [B, Tq, D]
+
+    def _gated(self, head_outputs: torch.Tensor) -> torch.Tensor:
+        """[B, H, Tq, Dh] with each head's output multiplied by its gate: `head_gate` ([H], or [B, H]
+        for one gate per example: per-sentence gradients of head importance; 1 = keep, 0 = prune)."""
+        gate = self.head_gate
+        if gate is None:
+            return head_outputs
+        return head_outputs * gate.to(head_outputs.dtype).view(-1 if gate.dim() == 2 else 1, head_outputs.size(1), 1, 1)
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (§3).
 
-Shape legend: B batch · S source length · T target length · D d_model · V vocabulary.
+Shape legend: B batch · S source length · T target length · D d_model · V vocabulary · H heads.
 Masks are boolean, True = may attend. Token ids are right-padded with the model's `pad_id`, which the
 data layer chooses and passes in: the model imports nothing from it.
 """
@@ -8,6 +8,8 @@ data layer chooses and passes in: the model imports nothing from it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -56,6 +58,12 @@ def self_attention_mask(offset: int, length: int, device=None, padding: torch.Te
     return Mask(causal_mask(offset + length, device)[:, :, offset:, :])
 
 
+def build_attention(cfg: ModelConfig) -> MultiHeadAttention:
+    """One attention module of the model, as `cfg` asks: the one place that reads the config's attention
+    settings, for all three kinds (encoder self, decoder self, encoder-decoder)."""
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+
+
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2  (the paper has no dropout inside the FFN)"""
 
@@ -100,14 +108,14 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.self_attn = build_attention(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x, src_mask, need_weights=False, head_gate=None):
+    def forward(self, x, src_mask, need_weights=False):
         h = self.res_attn.enter(x)
-        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
+        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights)
         x = self.res_attn(x, out)
         x = self.res_ffn(x, self.ffn(self.res_ffn.enter(x)))
         return x, probs
@@ -136,27 +144,21 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.self_attn = build_attention(cfg)
+        self.cross_attn = build_attention(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(
-        self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False, gates=(None, None)
-    ):
+    def forward(self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False):
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
         h = self.res_self.enter(y)
-        out, self_probs = self.self_attn(
-            h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0]
-        )
+        out, self_probs = self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights)
         y = self.res_self(y, out)
         h = self.res_cross.enter(y)
-        out, cross_probs = self.cross_attn(
-            h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1]
-        )
+        out, cross_probs = self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights)
         y = self.res_cross(y, out)
         y = self.res_ffn(y, self.ffn(self.res_ffn.enter(y)))
         return y, self_probs, cross_probs
@@ -199,10 +201,14 @@ class Attention:
     cross: list[torch.Tensor] = field(default_factory=list)
 
 
+KINDS = ("enc_self", "dec_self", "cross")  # the three kinds of attention (§3.2.3), as Attention and HeadGates name them
+
+
 @dataclass
 class HeadGates:
     """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep), or
-    [n_layers, B, H] for one gate per example of a batch."""
+    [n_layers, B, H] for one gate per example of a batch. None: that kind's heads are not gated.
+    Set on a model for a forward pass with gated_heads."""
 
     enc_self: torch.Tensor | None = None
     dec_self: torch.Tensor | None = None
@@ -250,16 +256,23 @@ class Transformer(nn.Module):
         x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + T]
         return self.embed_dropout(x)
 
-    def encode(
-        self, src: torch.Tensor, attention: Attention | None = None, gates: HeadGates | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention_modules(self, kind: str) -> list[MultiHeadAttention]:
+        """The attention modules of one kind (a name in KINDS), one per layer from the bottom."""
+        if kind == "enc_self":
+            return [layer.self_attn for layer in self.encoder]
+        if kind == "dec_self":
+            return [layer.self_attn for layer in self.decoder]
+        if kind == "cross":
+            return [layer.cross_attn for layer in self.decoder]
+        raise ValueError(f"unknown kind of attention {kind!r}; valid: {', '.join(KINDS)}")
+
+    def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
         src_mask = padding_mask(src, self.pad_id)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
-        for i, layer in enumerate(self.encoder):
-            gate = gates.enc_self[i] if gates is not None and gates.enc_self is not None else None
-            x, probs = layer(x, mask, need_weights=attention is not None, head_gate=gate)
+        for layer in self.encoder:
+            x, probs = layer(x, mask, need_weights=attention is not None)
             if attention is not None:
                 attention.enc_self.append(probs)
         return self.enc_norm(x), src_mask
@@ -271,7 +284,6 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         cache: DecoderCache | None = None,
         attention: Attention | None = None,
-        gates: HeadGates | None = None,
     ) -> torch.Tensor:
         """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
 
@@ -283,18 +295,9 @@ class Transformer(nn.Module):
         tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
         y = self._embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
-            layer_gates = (
-                gates.dec_self[i] if gates is not None and gates.dec_self is not None else None,
-                gates.cross[i] if gates is not None and gates.cross is not None else None,
-            )
+            layer_cache = cache.layers[i] if cache is not None else None
             y, self_probs, cross_probs = layer(
-                y,
-                memory,
-                tgt_mask,
-                cross_mask,
-                cache.layers[i] if cache is not None else None,
-                need_weights=attention is not None,
-                gates=layer_gates,
+                y, memory, tgt_mask, cross_mask, layer_cache, need_weights=attention is not None
             )
             if attention is not None:
                 attention.dec_self.append(self_probs)
@@ -316,6 +319,34 @@ class Transformer(nn.Module):
 def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> Transformer:
     """The Transformer of `cfg` over a vocabulary of `vocab_size` ids, batches padded with `pad_id`."""
     return Transformer(cfg, vocab_size, pad_id)
+
+
+def _gate_rows(model: Transformer, gates: HeadGates | None) -> list[tuple[MultiHeadAttention, torch.Tensor]]:
+    """Each attention module that `gates` gates, with its layer's row of gates."""
+    if gates is None:
+        return []
+    pairs = []
+    for kind in KINDS:
+        if (rows := getattr(gates, kind)) is not None:
+            pairs += zip(model.attention_modules(kind), rows, strict=True)
+    return pairs
+
+
+@contextmanager
+def gated_heads(model: Transformer, gates: HeadGates | None) -> Iterator[None]:
+    """Within: each attention module of a kind that `gates` gives multiplies its heads' outputs by its
+    layer's row of gates (before W_O), in every forward pass: encode, decode, a whole search. On leaving,
+    the modules' gates are what they were (an outer gated_heads' gates, or none). None: no change.
+    """
+    pairs = _gate_rows(model, gates)
+    outer = [module.head_gate for module, _ in pairs]
+    for module, row in pairs:
+        module.head_gate = row
+    try:
+        yield
+    finally:
+        for (module, _), gate in zip(pairs, outer):
+            module.head_gate = gate
 
 
 def count_parameters(model: nn.Module) -> int:
