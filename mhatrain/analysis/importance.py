@@ -78,7 +78,13 @@ class EvalSet:
 
 
 def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
-    """The first `max_sentences` pairs (0 = all) of a split; loss pairs are truncated like validation's."""
+    """The first `max_sentences` pairs (0 = all) of a split; loss pairs are truncated like validation's.
+    Head measures ([n_layers, H] per kind) need the same heads in every layer: a pruned run is refused."""
+    if run.config.model.heads_per_layer is not None:
+        raise MhatrainError(
+            "heads: the model has its own head count per layer (model.heads_per_layer, a pruned run); "
+            "judge the heads of the run it was pruned from"
+        )
     corpus = load_split(run.config.data, split_name(run.config, split))
     if max_sentences:
         corpus = corpus.head(max_sentences)

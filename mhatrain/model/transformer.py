@@ -16,9 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.config import ModelConfig
+from ..core.config import ATTENTION_KINDS, ModelConfig
 from .attention import KVCache, Mask, MultiHeadAttention
 from .dropout import Dropout
+from .gates import HardConcreteGate
+from .sizes import heads_in, model_head_size
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -58,10 +60,13 @@ def self_attention_mask(offset: int, length: int, device=None, padding: torch.Te
     return Mask(causal_mask(offset + length, device)[:, :, offset:, :])
 
 
-def build_attention(cfg: ModelConfig) -> MultiHeadAttention:
-    """One attention module of the model, as `cfg` asks: the one place that reads the config's attention
-    settings, for all three kinds (encoder self, decoder self, encoder-decoder)."""
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+def build_attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
+    """The attention module of `kind` (a name in KINDS) in layer `layer` (from 0), as `cfg` asks: the one
+    place that reads the config's attention settings. Its heads: model.heads_per_layer's count for the
+    layer, else n_heads, each of the model's head size; learned gates when model.head_gates names the kind."""
+    n_heads, gates = heads_in(cfg, kind, layer), cfg.head_gates
+    gate = HardConcreteGate(n_heads, gates.temperature, gates.stretch) if gates and kind in gates.kinds else None
+    return MultiHeadAttention(cfg.d_model, n_heads, cfg.attention_dropout, d_head=model_head_size(cfg), gate=gate)
 
 
 class FeedForward(nn.Module):
@@ -105,10 +110,10 @@ class EncoderLayer(nn.Module):
     forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = build_attention(cfg)
+        self.self_attn = build_attention(cfg, "enc_self", layer)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
@@ -141,11 +146,11 @@ class DecoderLayer(nn.Module):
     y holds only the new positions and earlier keys/values come from the cache.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = build_attention(cfg)
-        self.cross_attn = build_attention(cfg)
+        self.self_attn = build_attention(cfg, "dec_self", layer)
+        self.cross_attn = build_attention(cfg, "cross", layer)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
@@ -201,7 +206,7 @@ class Attention:
     cross: list[torch.Tensor] = field(default_factory=list)
 
 
-KINDS = ("enc_self", "dec_self", "cross")  # the three kinds of attention (§3.2.3), as Attention and HeadGates name them
+KINDS = ATTENTION_KINDS  # the three kinds of attention (§3.2.3), as the config, Attention and HeadGates name them
 
 
 @dataclass
@@ -230,8 +235,8 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
         self.embed_dropout = Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
         # Pre-norm stacks need a final LayerNorm; post-norm outputs are already normalised.
         pre = cfg.norm == "pre"
         self.enc_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
@@ -243,7 +248,7 @@ class Transformer(nn.Module):
 
     def _init_weights(self):
         for name, p in self.named_parameters():
-            if p.dim() > 1 and "norm" not in name:
+            if p.dim() > 1 and "norm" not in name and p.numel():
                 nn.init.xavier_uniform_(p)
         # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
         nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
@@ -265,6 +270,14 @@ class Transformer(nn.Module):
         if kind == "cross":
             return [layer.cross_attn for layer in self.decoder]
         raise ValueError(f"unknown kind of attention {kind!r}; valid: {', '.join(KINDS)}")
+
+    def gate_penalty(self) -> torch.Tensor | None:
+        """λ · Σ P(gate ≠ 0) over the learned head gates (model.head_gates.l0 = λ): the L0 term that training
+        adds to the cross-entropy per target token; None for a model without learned gates."""
+        gates = [m.gate for kind in KINDS for m in self.attention_modules(kind) if m.gate is not None]
+        if not gates:
+            return None
+        return self.cfg.head_gates.l0 * torch.cat([g.p_open() for g in gates]).sum()
 
     def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
