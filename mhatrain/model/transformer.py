@@ -226,7 +226,9 @@ class Transformer(nn.Module):
     output projection to the vocabulary (tied to the embeddings when model.tie_embeddings).
 
     encode: src [B, S] → memory [B, S, D]; decode: tgt_in [B, T] → logits [B, T, V] (incrementally,
-    with a DecoderCache); forward = both, teacher-forced, for training.
+    with a DecoderCache); forward = both, teacher-forced, for training. Every attention module comes
+    from build_attention; learned head gates (model.head_gates) live in those modules, and
+    gate_penalty() is the L0 term they add to the loss.
     """
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int):
