@@ -339,3 +339,27 @@ def test_heads_refuses_a_pruned_run_in_one_line(pruned_run):
     for extra in (("--metric", "loss"), ("--roles",)):
         result = run_cli("heads", str(pruned_run), *extra)
         assert_clean_error(result, "model.heads_per_layer", "a pruned run")
+
+
+def test_a_run_from_before_gates_still_loads(tiny_run, tmp_path):
+    """A run directory written before model.head_gates and model.heads_per_layer existed (its config.yaml
+    and its checkpoint's config lack both keys) loads, translates as before, and has the same weights."""
+    import shutil
+
+    import yaml
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    for key in ("head_gates", "heads_per_layer"):
+        del config["model"][key]
+    (old / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for name in ("best.pt", "last.pt"):
+        state = load_checkpoint(old / name)
+        for key in ("head_gates", "heads_per_layer"):
+            del state["config"]["model"][key]
+        save_checkpoint(old / name, state)
+    before, after = load_run(tiny_run), load_run(old)
+    assert after.config.model.head_gates is None and after.config.model.heads_per_layer is None
+    assert before.model.state_dict().keys() == after.model.state_dict().keys()
+    assert translate_with(after, SENTENCES, 2, None) == translate_with(before, SENTENCES, 2, None)
