@@ -177,6 +177,8 @@ def _key_comments(source: str) -> dict[tuple[str, str], str]:
 
 
 def _yaml_value(value) -> str:
+    if isinstance(value, list):
+        return f"[{', '.join(_yaml_value(v) for v in value)}]"
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -209,7 +211,8 @@ def configuration_markdown() -> str:
         "value (heads not dividing `d_model`, dropout outside [0, 1), a non-positive size, a missing",
         "`data.local_dir`, ...) fails naming the key and the file, or the `--set` that gave it. Override any",
         "key on the command line: `--set train.max_tokens=2048 --set model.n_heads=16` (values are parsed as",
-        "YAML and type-checked). The resolved config is written into every run directory as `config.yaml`.",
+        "YAML and type-checked); a key inside a mapping takes three parts: `--set model.head_gates.l0=0.01`.",
+        "The resolved config is written into every run directory as `config.yaml`.",
         "",
         f"The default is the value when a file leaves the key out; {head} show what the project's configs set",
         "(empty: the default). Details on training, precision, checkpoints and data sources:",
@@ -224,26 +227,43 @@ def configuration_markdown() -> str:
             "|---|---|---|" + "---|" * len(EXAMPLE_CONFIGS) + "---|",
         ]
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            kind = _type_name(hints[f.name])
-            choices = f.metadata.get("choices")
-            meaning = comments.get((cls.__name__, f.name), "")
-            if choices:
-                meaning = f"one of {', '.join(f'`{c}`' for c in choices)}" + (f"; {meaning}" if meaning else "")
-            set_by = [
-                f"`{_yaml_value(ex[section][f.name])}`" if f.name in (ex.get(section) or {}) else ""
-                for ex in examples.values()
-            ]
-            lines.append(
-                f"| `{f.name}` | {kind} | `{_yaml_value(default)}` | {' | '.join(set_by)} | {_cell(meaning)} |"
-            )
+            lines.append(_key_row(cls, f, hints, comments, [ex.get(section) or {} for ex in examples.values()]))
+            nested = _mapping_class(hints[f.name])
+            if nested is not None:  # a mapping inside the section (model.head_gates): one row per key
+                nested_hints = typing.get_type_hints(nested)
+                inner = [(ex.get(section) or {}).get(f.name) or {} for ex in examples.values()]
+                for g in dataclasses.fields(nested):
+                    lines.append(_key_row(nested, g, nested_hints, comments, inner, prefix=f"{f.name}."))
     return "\n".join(lines) + "\n"
+
+
+def _key_row(cls, f, hints, comments, set_in: list[dict], prefix: str = "") -> str:
+    """One key's row: name, type, default, what each example config sets, meaning."""
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    choices = f.metadata.get("choices")
+    meaning = comments.get((cls.__name__, f.name), "")
+    if choices:
+        each = "each one of" if typing.get_origin(hints[f.name]) is list else "one of"
+        meaning = f"{each} {', '.join(f'`{c}`' for c in choices)}" + (f"; {meaning}" if meaning else "")
+    set_by = [f"`{_yaml_value(values[f.name])}`" if f.name in values else "" for values in set_in]
+    kind = _type_name(hints[f.name])
+    return f"| `{prefix}{f.name}` | {kind} | `{_yaml_value(default)}` | {' | '.join(set_by)} | {_cell(meaning)} |"
+
+
+def _mapping_class(hint) -> type | None:
+    """The config dataclass a key holds (model.head_gates), or None for a plain value."""
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    return base if dataclasses.is_dataclass(base) else None
 
 
 def _type_name(hint) -> str:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if args and len(args) < len(typing.get_args(hint)):
-        return f"{args[0].__name__} or null"
+        return f"{_type_name(args[0])} or null"
+    if typing.get_origin(hint) is list:
+        return f"list of {typing.get_args(hint)[0].__name__}"
+    if dataclasses.is_dataclass(hint):
+        return "mapping"
     return getattr(hint, "__name__", str(hint))
 
 

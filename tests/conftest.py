@@ -159,9 +159,10 @@ def toy_tokenizer(tmp_path_factory):
 def small_model(vocab: int, norm: str = "post", tie: bool = True, seed: int = 0, **overrides):
     """A random model for exact checks: d_model 32, 4 heads (unless overridden), 2+2 layers, no dropout."""
     from mhatrain.core.config import ModelConfig
+    from mhatrain.data.tokens import PAD
     from mhatrain.model.transformer import build_model
 
     torch.manual_seed(seed)
     settings = dict(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, max_positions=64)
     cfg = ModelConfig(**{**settings, **overrides}, dropout=0.0, norm=norm, tie_embeddings=tie)
-    return build_model(cfg, vocab).eval()
+    return build_model(cfg, vocab, PAD).eval()

@@ -27,6 +27,7 @@ from mhatrain.cli import int_list
 from mhatrain.core.checkpoint import load_checkpoint
 from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
+from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.ablate import plan_slots, run_study
 from mhatrain.study.grid_report import build_report
@@ -175,7 +176,7 @@ def test_parameters_and_projection_shapes_do_not_depend_on_the_head_count():
     counts = {}
     for h in (1, 2, 4, 8, 16, 32, 64):
         cfg.n_heads = h
-        model = build_model(cfg, 64)
+        model = build_model(cfg, 64, PAD)
         counts[h] = count_parameters(model)
     assert len(set(counts.values())) == 1, counts
 

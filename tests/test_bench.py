@@ -24,6 +24,7 @@ from mhatrain.bench.timing import Summary, ready_step, time_alternating
 from mhatrain.cli import parse_precision
 from mhatrain.core.config import ModelConfig
 from mhatrain.core.errors import MhatrainError
+from mhatrain.data.tokens import PAD
 from mhatrain.model.flops import forward_macs
 from mhatrain.model.transformer import build_model
 
@@ -254,10 +255,24 @@ def test_flop_count_is_the_models_matmul_weights_per_token(n_heads, d_head):
     cfg = ModelConfig(
         d_model=32, n_heads=n_heads, d_head=d_head, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64
     )
-    model = build_model(cfg, 100)
+    model = build_model(cfg, 100, PAD)
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     width = n_heads * (d_head or cfg.d_model // n_heads)
     attention = 2 * width * (cfg.n_encoder_layers + 2 * cfg.n_decoder_layers)
+    assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
+
+
+def test_flop_count_follows_each_layers_own_head_count():
+    """A pruned model's layout (model.heads_per_layer): each module's weights and products count alone."""
+    from mhatrain.core.config import HeadsPerLayer
+
+    layout = HeadsPerLayer(enc_self=[4, 1], dec_self=[2, 0, 4], cross=[0, 3, 1])
+    cfg = ModelConfig(
+        d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=3, max_positions=64, heads_per_layer=layout
+    )
+    model = build_model(cfg, 100, PAD)
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    attention = 2 * 8 * sum(layout.enc_self + layout.dec_self + layout.cross)
     assert forward_macs(cfg, 100, torch.tensor([1]), torch.tensor([1])) == weights + attention
 
 

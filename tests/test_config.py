@@ -86,6 +86,35 @@ def test_resolved_config_round_trips(tmp_path):
         ({"train": {"tokens_per_update": 1000, "max_tokens": 4096}}, "'train.tokens_per_update' must be at least"),
         ({"train": {"keep_checkpoints": -1}}, "'train.keep_checkpoints' must not be negative"),
         ({"train": {"checkpoint_every_minutes": -1}}, "'train.checkpoint_every_minutes' must not be negative"),
+        ({"model": {"head_gates": {"l0": -1}}}, "'model.head_gates.l0' must not be negative, got -1.0"),
+        ({"model": {"head_gates": {"temperature": 0}}}, "'model.head_gates.temperature' must be positive, got 0.0"),
+        (
+            {"model": {"head_gates": {"temprature": 1}}},
+            "unknown key 'model.head_gates.temprature' (did you mean 'temperature'?)",
+        ),
+        (
+            {"model": {"head_gates": {"stretch": [0, 1.1]}}},
+            "'model.head_gates.stretch' must be [γ, ζ] with γ < 0 and ζ > 1",
+        ),
+        ({"model": {"head_gates": {"stretch": [-0.1]}}}, "'model.head_gates.stretch' must be [γ, ζ]"),
+        ({"model": {"head_gates": {"stretch": "wide"}}}, "'model.head_gates.stretch' must be a list of float, got str"),
+        (
+            {"model": {"head_gates": {"kinds": ["cross", "encoder"]}}},
+            "'model.head_gates.kinds[1]' must be one of enc_self, dec_self, cross, got 'encoder'",
+        ),
+        (
+            {"model": {"head_gates": {"kinds": ["cross", "cross"]}}},
+            "'model.head_gates.kinds' must name each gated kind once",
+        ),
+        (
+            {"model": {"head_gates": "on"}},
+            "'model.head_gates' must be a mapping of l0, temperature, stretch, kinds, got str",
+        ),
+        (
+            {"model": {"heads_per_layer": {"cross": [8, 8]}}},
+            "'model.heads_per_layer.cross' must have one count per layer (model.n_decoder_layers=6), got 2",
+        ),
+        ({"model": {"heads_per_layer": {"enc_self": [8, 8, 8, 8, 8, -1]}}}, "must not hold a negative head count"),
     ],
 )
 def test_bad_values_name_key_and_file(tmp_path, data, expected):
@@ -118,12 +147,16 @@ def test_missing_and_non_mapping_files(tmp_path):
         ("train.max_token=5", "unknown key 'train.max_token' (did you mean 'max_tokens'?)"),
         ("training.seed=1", "unknown section 'training'"),
         ("train.seed=abc", "'train.seed' must be int, got str"),
+        ("model.head_gates.l00=1", "unknown key 'model.head_gates.l00' (did you mean 'l0'?)"),
+        ("model.d_model.l0=1", "'model.d_model' is not a mapping: expected model.d_model=value"),
+        ("model.head_gate.l0=1", "unknown key 'model.head_gate' (did you mean 'head_gates'?)"),
+        ("model.head_gates.l0.x=1", "expected section.key=value"),
     ],
 )
 def test_bad_overrides(item, expected):
     with pytest.raises(ConfigError) as err:
         apply_override(Config(), item)
-    assert expected in str(err.value) and f"--set {item}" in str(err.value)
+    assert expected in str(err.value) and f"--set {item}" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_override_validation_runs_after_overrides():
@@ -197,9 +230,22 @@ def test_a_directory_or_a_device_given_as_config_is_named_as_such(tmp_path):
 
 
 def test_a_set_head_size_lifts_the_divisibility_rule_and_old_configs_load_without_it():
-    from mhatrain.core.config import head_size
+    from mhatrain.model.sizes import head_size
 
     cfg = config_from_dict({"model": {"d_model": 100, "n_heads": 8, "d_head": 16}}, check_paths=False)
     assert head_size(cfg.model.d_model, cfg.model.n_heads, cfg.model.d_head) == 16
     old = config_from_dict({"model": {"d_model": 64, "n_heads": 4}}, check_paths=False)  # written before d_head
     assert old.model.d_head is None and head_size(64, 4, old.model.d_head) == 16
+
+
+def test_head_gates_are_set_by_a_three_part_set_and_round_trip(tmp_path):
+    from mhatrain.core.config import HeadGatesConfig, HeadsPerLayer, dump_config
+
+    cfg = load_config(TINY, ["model.head_gates.l0=0.02", "model.head_gates.kinds=[cross]"])
+    assert cfg.model.head_gates == HeadGatesConfig(l0=0.02, temperature=0.33, stretch=[-0.1, 1.1], kinds=["cross"])
+    assert load_config(TINY).model.head_gates is None  # off unless asked for: the paper's model
+    assert load_config(TINY, ["model.head_gates.l0=0.02", "model.head_gates=null"]).model.head_gates is None
+    cfg = load_config(TINY, ["model.head_gates={l0: 0.1}", "model.heads_per_layer.cross=[1, 0]"])
+    assert cfg.model.heads_per_layer == HeadsPerLayer(cross=[1, 0])
+    dump_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg

@@ -110,6 +110,31 @@ def test_kill_9_then_resume_gives_identical_weights(tmp_path, spm_cache, referen
     assert_same_run(run, reference)
 
 
+GATED = ("--set", "model.head_gates.l0=0.05")  # learned head gates on every kind: their noise is random too
+
+
+@pytest.fixture(scope="module")
+def gated_reference(tmp_path_factory, spm_cache):
+    out = tmp_path_factory.mktemp("crash") / "gated"
+    result = run_cli(*train_args(out, spm_cache, *GATED))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_kill_9_then_resume_is_exact_with_learned_head_gates(tmp_path, spm_cache, gated_reference):
+    """Training samples each gate from torch's random state, and the L0 penalty moves log α: a resume
+    must restore both, so that the gates and every weight come out bit for bit as without the kill."""
+    run = tmp_path / "run"
+    killed = run_cli(*train_args(run, spm_cache, *GATED), env={"MHATRAIN_FAULT": "update:13"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_cli(*train_args(run, spm_cache, *GATED, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming at update 10 " in resumed.stdout
+    assert_same_run(run, gated_reference)
+    log_alpha = load_checkpoint(run / "last.pt")["model"]["encoder.0.self_attn.gate.log_alpha"]
+    assert not torch.equal(log_alpha, torch.full_like(log_alpha, 3.0))  # the gates did train
+
+
 def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path, spm_cache):
     run = tmp_path / "run"
     proc = subprocess.Popen(

@@ -35,7 +35,7 @@ from mhatrain.core.config import DecodeConfig, ModelConfig
 from mhatrain.data.batches import Batch
 from mhatrain.data.tokens import BOS, EOS, PAD
 from mhatrain.inference.search import translate_ids
-from mhatrain.model.transformer import build_model
+from mhatrain.model.transformer import build_model, gated_heads
 
 from .conftest import ROOT, run_cli
 
@@ -55,7 +55,7 @@ def random_model(n_heads: int = 4, seed: int = 0, n_encoder_layers: int = 2, n_d
         dropout=0.0,
         max_positions=64,
     )
-    return build_model(cfg, VOCAB).eval()
+    return build_model(cfg, VOCAB, PAD).eval()
 
 
 def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,8 +67,14 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def logits(model, src, tgt_in, gates=None):
-    memory, src_mask = model.encode(src, gates=gates)
-    return model.decode(tgt_in, memory, src_mask, gates=gates)
+    with gated_heads(model, gates):
+        memory, src_mask = model.encode(src)
+        return model.decode(tgt_in, memory, src_mask)
+
+
+def gated_translation(model, sources, beam, gates):
+    with gated_heads(model, gates):
+        return translate_ids(model, sources, DECODE, "cpu", beam)
 
 
 def module_of(model, head: Head):
@@ -110,7 +116,7 @@ def test_gated_decoding_equals_decoding_the_zeroed_model(beam):
     model = random_model(seed=1)
     heads = [Head("dec-self", 0, 1), Head("cross", 2, 0), Head("enc-self", 0, 3)]
     sources = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16]]
-    gated = translate_ids(model, sources, DECODE, "cpu", beam, gates=gates_without(model, heads, "cpu"))
+    gated = gated_translation(model, sources, beam, gates_without(model, heads, "cpu"))
     zeroed = translate_ids(zero_w_o_slice(model, heads), sources, DECODE, "cpu", beam)
     assert gated == zeroed
 
@@ -124,7 +130,7 @@ def test_open_gates_change_nothing():
         )
     sources = [[5, 6, 7, 8], [9, 10]]
     for beam in (1, 3):
-        assert translate_ids(model, sources, DECODE, "cpu", beam, gates=open_gates(model, "cpu")) == translate_ids(
+        assert gated_translation(model, sources, beam, open_gates(model, "cpu")) == translate_ids(
             model, sources, DECODE, "cpu", beam
         )
 

@@ -78,3 +78,10 @@ def test_a_planted_cycle_inside_one_layer_is_found(tmp_path):
 
 def test_the_package_as_it_is_passes_the_script():
     assert G.main([str(PACKAGE)]) == 0
+
+
+def test_the_model_imports_nothing_from_the_data_layer():
+    """The model is given its pad id (build_model's pad_id) and the token ids of a batch; it does not
+    reach into data for PAD or Batch, so it can be read, tested and reused without the data layer."""
+    graph = G.read_graph(PACKAGE)
+    assert [(a, b) for a, b in graph.edges if a.startswith("model.") and b.startswith("data.")] == []

@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from mhatrain.data.tokens import BOS, PAD
-from mhatrain.model.transformer import Attention, HeadGates, count_parameters, sinusoidal_positions
+from mhatrain.model.transformer import Attention, HeadGates, count_parameters, gated_heads, sinusoidal_positions
 
 from . import conftest
 
@@ -218,9 +218,9 @@ def test_beam_cache_keeps_the_encoder_side_once_per_sentence():
 def gate_outputs(model, gates: HeadGates | None):
     src = pad_to([tokens(5, seed=14), tokens(3, seed=15)], 5)
     tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 4, seed=16)], dim=1)
-    with torch.no_grad():
-        memory, src_mask = model.encode(src, gates=gates)
-        return memory, model.decode(tgt, memory, src_mask, gates=gates)
+    with torch.no_grad(), gated_heads(model, gates):
+        memory, src_mask = model.encode(src)
+        return memory, model.decode(tgt, memory, src_mask)
 
 
 def test_all_ones_head_gates_change_nothing():
@@ -252,13 +252,52 @@ def test_gating_a_head_to_zero_equals_zeroing_its_columns_of_w_o(kind, module, e
     tgt = torch.cat([torch.full((2, 1), BOS), tokens(2, 4, seed=19)], dim=1)
     attention = (lambda: Attention()) if explicit else (lambda: None)
     with torch.no_grad():
-        memory, src_mask = model.encode(src, attention=attention(), gates=gates)
-        gated = model.decode(tgt, memory, src_mask, attention=attention(), gates=gates)
+        with gated_heads(model, gates):
+            memory, src_mask = model.encode(src, attention=attention())
+            gated = model.decode(tgt, memory, src_mask, attention=attention())
         memory_ref, src_mask_ref = pruned.encode(src, attention=attention())
         reference = pruned.decode(tgt, memory_ref, src_mask_ref, attention=attention())
         ungated = model.decode(tgt, *model.encode(src))
     assert_close(gated, reference, **TOL)
     assert not torch.allclose(gated, ungated, atol=1e-4)  # the gate did something
+
+
+def test_gated_heads_sets_the_gates_for_its_block_only_and_restores_an_outer_one():
+    model = small_model()
+    closed, half = torch.zeros(2, 4), torch.full((2, 4), 0.5)
+    modules = model.attention_modules("cross")
+    with gated_heads(model, HeadGates(cross=half)):
+        with gated_heads(model, HeadGates(cross=closed)):
+            assert all(m.head_gate is not None and float(m.head_gate.sum()) == 0 for m in modules)
+            assert all(m.head_gate is None for m in model.attention_modules("enc_self"))
+        assert all(float(m.head_gate.sum()) == 2.0 for m in modules)
+    assert all(m.head_gate is None for kind in ("enc_self", "dec_self", "cross") for m in model.attention_modules(kind))
+
+
+def test_gates_of_the_wrong_number_of_layers_are_refused():
+    model = small_model()
+    with pytest.raises(ValueError), gated_heads(model, HeadGates(enc_self=torch.ones(3, 4))):
+        pass
+    assert all(m.head_gate is None for m in model.attention_modules("enc_self"))
+
+
+def test_checkpoint_keys_keep_the_layout_of_older_checkpoints():
+    """Attention is built by one constructor and gates are held by the modules, but a checkpoint's keys
+    are those that older checkpoints have: each layer's w_q, w_k, w_v, w_o, and no key for a gate."""
+    model = small_model(n_encoder_layers=1, n_decoder_layers=1)
+    linears = [f"{n}.{p}" for n in ("w_q", "w_k", "w_v", "w_o") for p in ("weight", "bias")]
+    norms = [f"{n}.norm.{p}" for n in ("res_attn", "res_ffn") for p in ("weight", "bias")]
+    dec_norms = [f"{n}.norm.{p}" for n in ("res_self", "res_cross", "res_ffn") for p in ("weight", "bias")]
+    ffn = [f"ffn.{n}.{p}" for n in ("w_1", "w_2") for p in ("weight", "bias")]
+    expected = (
+        ["embed.weight"]
+        + [f"encoder.0.self_attn.{k}" for k in linears]
+        + [f"encoder.0.{k}" for k in ffn + norms]
+        + [f"decoder.0.{a}.{k}" for a in ("self_attn", "cross_attn") for k in linears]
+        + [f"decoder.0.{k}" for k in ffn + dec_norms]
+        + ["output.weight"]
+    )
+    assert sorted(model.state_dict()) == sorted(expected)
 
 
 def test_attention_maps_are_returned_per_layer_and_head():

@@ -16,6 +16,7 @@ from mhatrain.core.config import load_config
 from mhatrain.core.distributed import Group
 from mhatrain.core.runtime import loss_scaler
 from mhatrain.data.batches import collate
+from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model
 from mhatrain.training.loop import train
 
@@ -114,7 +115,7 @@ def test_bench_train_times_the_update_that_training_runs(updates):
     assert through_bench["lr"] == LR and len(through_bench["share"]) == 1
 
     torch.manual_seed(11)  # as train_step seeds before it builds the model
-    model = build_model(config.model, vocab).train()
+    model = build_model(config.model, vocab, PAD).train()
     optimizer = update_step.make_optimizer(model.parameters(), config.train, LR)
     device = torch.device("cpu")
     direct = update_step.optimizer_update(
@@ -162,7 +163,7 @@ def test_an_update_reads_nothing_back_from_the_device(precision):
     pairs = synthetic_pairs(24, vocab, seed=3)
     shares = [[(collate(pairs, list(range(k, k + 6))), 1)] for k in range(0, 24, 6)]
     torch.manual_seed(0)
-    model = build_model(config.model, vocab).train()
+    model = build_model(config.model, vocab, PAD).train()
     optimizer = update_step.make_optimizer(model.parameters(), t, LR)
     t.precision = precision
     scaler = loss_scaler(device, precision)
@@ -268,7 +269,7 @@ def test_padding_a_batch_to_its_bucket_changes_no_loss():
     config = load_config(TINY, check_paths=False)
     pairs = synthetic_pairs(8, 64, seed=3)
     torch.manual_seed(0)
-    model = build_model(config.model, 64).eval()
+    model = build_model(config.model, 64, PAD).eval()
     batch = collate(pairs, list(range(8)))
     padded = collate(pairs, list(range(8)), bucket_limit=config.model.max_positions)
     assert padded.src.size(1) > batch.src.size(1) and padded.src.size(1) == padded.tgt_in.size(1)

@@ -232,10 +232,11 @@ def test_a_compile_failure_at_any_update_falls_back_to_eager(tmp_path, spm_cache
 def test_the_training_forward_compiles_as_one_graph(norm):
     """No graph breaks: the byte dropout's random_() and per-call closures in the layers broke the
     graph (and recompiled) before."""
+    from mhatrain.data.tokens import PAD
     from mhatrain.model.transformer import build_model
 
     config = load_config(TINY, ["model.dropout=0.1", "model.attention_dropout=0.1", f"model.norm={norm}"])
-    model = build_model(config.model, 64).train()
+    model = build_model(config.model, 64, PAD).train()
     src, tgt = torch.randint(4, 64, (3, 7)), torch.randint(4, 64, (3, 6))
     explained = torch._dynamo.explain(model)(src, tgt)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

@@ -18,6 +18,7 @@ from scipy import stats
 
 from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
+from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model, count_parameters
 from mhatrain.study.comparison import verdict_of
 from mhatrain.study.interaction import interaction, power
@@ -438,7 +439,7 @@ def test_a_point_costs_what_its_model_has_when_d_head_is_set():
         settings = [f"model.n_heads={heads}", f"model.d_head={'null' if d_head is None else d_head}"]
         config = load_config(TINY, settings, check_paths=False)
         cost = point_cost(config, vocab_size=64)
-        assert cost["parameters"] == count_parameters(build_model(config.model, 64))
+        assert cost["parameters"] == count_parameters(build_model(config.model, 64, PAD))
         assert cost["d_head"] == (d_head or 64 // heads)
     wide, paper = load_config(TINY, ["model.d_head=32"], check_paths=False), load_config(TINY, check_paths=False)
     assert point_cost(wide)["flops_per_token"] > point_cost(paper)["flops_per_token"]  # 4 × 32 > d_model = 64

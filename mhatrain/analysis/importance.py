@@ -40,7 +40,7 @@ from ..data.tokens import PAD
 from ..inference.scoring import bleu_score
 from ..inference.search import translate_ids
 from ..inference.trained import load_run
-from ..model.transformer import HeadGates, Transformer
+from ..model.transformer import HeadGates, Transformer, gated_heads
 from .figures import head_heatmaps, pruning_plot
 from .maps import FIELDS, KINDS, n_layers
 
@@ -78,7 +78,13 @@ class EvalSet:
 
 
 def load_eval_set(run, split: str, max_sentences: int) -> EvalSet:
-    """The first `max_sentences` pairs (0 = all) of a split; loss pairs are truncated like validation's."""
+    """The first `max_sentences` pairs (0 = all) of a split; loss pairs are truncated like validation's.
+    Head measures ([n_layers, H] per kind) need the same heads in every layer: a pruned run is refused."""
+    if run.config.model.heads_per_layer is not None:
+        raise MhatrainError(
+            "heads: the model has its own head count per layer (model.heads_per_layer, a pruned run); "
+            "judge the heads of the run it was pruned from"
+        )
     corpus = load_split(run.config.data, split_name(run.config, split))
     if max_sentences:
         corpus = corpus.head(max_sentences)
@@ -111,8 +117,8 @@ def gates_without(model: Transformer, removed: list[Head], device) -> HeadGates:
 
 def summed_nll(model: Transformer, batch: Batch, gates: HeadGates | None) -> torch.Tensor:
     """Summed NLL of the batch's target tokens under head gates (train.batch_loss, without smoothing)."""
-    memory, src_mask = model.encode(batch.src, gates=gates)
-    logits = model.decode(batch.tgt_in, memory, src_mask, gates=gates).float()  # [B, T, V]
+    with gated_heads(model, gates):
+        logits = model(batch.src, batch.tgt_in).float()  # [B, T, V]
     return F.cross_entropy(
         logits.view(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=PAD, reduction="sum"
     )
@@ -159,9 +165,10 @@ class Judge:
 
     def bleu(self, gates: HeadGates | None) -> float:
         """Corpus BLEU of the decoded sources (sacreBLEU, cased, detokenised)."""
-        ids = translate_ids(
-            self.model, self.evalset.sources, self.decode, self.device, self.beam, precision=self.precision, gates=gates
-        )
+        with gated_heads(self.model, gates):
+            ids = translate_ids(
+                self.model, self.evalset.sources, self.decode, self.device, self.beam, precision=self.precision
+            )
         bleu, self.signature = bleu_score(self.tokenizer.decode(ids), self.evalset.references)
         return round(bleu, 2)
 

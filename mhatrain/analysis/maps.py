@@ -12,6 +12,7 @@ in everything a person reads (tables, JSON records, plots); arrays are indexed f
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
 
@@ -29,7 +31,7 @@ from ..data.tokenizer import Tokenizer
 from ..data.tokens import BOS, EOS
 from ..inference.search import cut_warning, source_ids, translate_ids
 from ..inference.trained import check_input_length, load_run
-from ..model.transformer import Attention, HeadGates, Transformer
+from ..model.transformer import Attention, Transformer
 from .figures import attention_grid
 from .page import AttentionView, write_attention_html
 
@@ -58,17 +60,15 @@ def select_layers(model: Transformer, kinds: list[str], layer: int | None) -> di
 
 
 @torch.no_grad()
-def attention_maps(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, gates: HeadGates | None = None
-) -> Attention:
+def attention_maps(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> Attention:
     """One teacher-forced pass that returns every layer's per-head probabilities.
 
     src: [B, S] (ids + EOS, PAD-padded); tgt_in: [B, T] (BOS + target). Attention fields hold one
     [B, H, Tq, Tk] tensor per layer; each row sums to 1 over the keys it may attend to.
     """
     attention = Attention()
-    memory, src_mask = model.encode(src, attention=attention, gates=gates)
-    model.decode(tgt_in, memory, src_mask, attention=attention, gates=gates)
+    memory, src_mask = model.encode(src, attention=attention)
+    model.decode(tgt_in, memory, src_mask, attention=attention)
     return attention
 
 
@@ -117,7 +117,7 @@ def sentence_maps(
     hyp = translate_ids(model, [ids], cfg, device, beam)[0]
     tgt_ids = [BOS] + hyp[: model.cfg.max_positions - 1]
     attention = attention_maps(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
-    maps = {kind: torch.stack(getattr(attention, FIELDS[kind]))[:, 0].float().cpu() for kind in KINDS}
+    maps = {kind: stacked_heads(getattr(attention, FIELDS[kind]))[:, 0].float().cpu() for kind in KINDS}
     return SentenceMaps(
         sentence,
         tokenizer.decode([hyp])[0],
@@ -127,6 +127,20 @@ def sentence_maps(
         tokenizer.pieces(tgt_ids),
         maps,
     )
+
+
+def stacked_heads(layers: list[torch.Tensor]) -> torch.Tensor:
+    """One [B, H_l, Tq, Tk] per layer → [L, B, H, Tq, Tk], H the most heads of a layer. A layer with fewer
+    heads (of a pruned model: model.heads_per_layer) is padded with NaN maps, for heads it does not have."""
+    H = max(t.size(1) for t in layers)
+    return torch.stack([F.pad(t, (0, 0, 0, 0, 0, H - t.size(1)), value=math.nan) for t in layers])
+
+
+def json_maps(maps: torch.Tensor) -> list:
+    """Maps as nested lists rounded to 5 decimals; the NaN maps of heads a pruned layer lacks are null."""
+    values = np.round(maps.numpy().astype(np.float64), 5).astype(object)
+    values[np.isnan(maps.numpy())] = None
+    return values.tolist()
 
 
 STATISTICS = ("entropy", "distance", "same", "previous", "next", "eos", "bos")
@@ -165,6 +179,8 @@ def statistics_records(sm: SentenceMaps, layers: dict[str, list[int]]) -> list[d
         stats = head_statistics(sm.maps[kind][indices], sm.key_ids(kind))
         for row, layer in enumerate(indices):
             for head in range(sm.maps[kind].size(1)):
+                if sm.maps[kind][layer, head].isnan().all():  # a head the pruned layer does not have
+                    continue
                 record = {"kind": kind, "layer": layer + 1, "head": head + 1}
                 for name in STATISTICS:
                     value = stats[name]
@@ -220,7 +236,7 @@ def show_attention(
         "enc-self: source×source, dec-self: decoder input×decoder input, cross: decoder input×source",
         "layers": {k: [i + 1 for i in layers[k]] for k in kinds},
         "statistics": statistics_records(sm, layers),
-        "maps": {k: np.round(sm.maps[k][layers[k]].numpy().astype(np.float64), 5).tolist() for k in kinds},
+        "maps": {k: json_maps(sm.maps[k][layers[k]]) for k in kinds},
     }
     written = write_attention_files(sm, layers, report, stem)
     if page_path is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,15 @@ ROLES = {
     "step": ("training.step", "step"),  # optimizer_update, batch_loss (a flat checkout from before step.py lacks it)
     "train": ("training.loop", "train"),  # the flat train.py of before step.py: its own update's parts
 }
+
+
+def peer_model(path: Path, cfg, vocab_size: int, pad_id: int):
+    """The checkout's Transformer from its build_model, given pad_id where it takes one (a checkout from
+    before the model was given the pad id imported it from its data layer)."""
+    build = import_role(path, "model").build_model
+    if "pad_id" in inspect.signature(build).parameters:
+        return build(cfg, vocab_size, pad_id)
+    return build(cfg, vocab_size)
 
 
 def check_checkout(path: Path) -> Path:

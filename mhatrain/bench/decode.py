@@ -61,14 +61,14 @@ def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
     if source.run_dir is not None:
         return load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
     torch.manual_seed(seed)
-    model = build_model(source.model_cfg, source.vocab_size).to(device).eval()
+    model = build_model(source.model_cfg, source.vocab_size, PAD).to(device).eval()
     _never_end(model.output)
     return model
 
 
 def their_search(source: ModelSource, device, seed: int, against: str):
     """The other checkout's model, loaded with our model's weights, and its beam_search."""
-    model = other.import_role(against, "model").build_model(source.model_cfg, source.vocab_size)
+    model = other.peer_model(against, source.model_cfg, source.vocab_size, PAD)
     model.load_state_dict(our_model(source, device, seed).state_dict())
     return model.to(device).eval(), other.import_role(against, "search").beam_search
 

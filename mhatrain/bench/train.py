@@ -57,7 +57,7 @@ def peak_shares(achieved: float, peaks: dict[str, float], precision: str) -> dic
 
 def build_seq2seq(peer: str, cfg: ModelConfig, vocab_size: int) -> torch.nn.Module:
     if peer == OURS:
-        return build_model(cfg, vocab_size)
+        return build_model(cfg, vocab_size, PAD)
     if peer == "nn.Transformer":
         return TorchTransformerSeq2Seq(cfg, vocab_size)
     if peer == "MarianMT":
@@ -85,7 +85,7 @@ def train_step(
     t = dataclasses.replace(train_cfg, precision=precision)
     if against is None or peer == OURS:
         return _updates(update_step, build_seq2seq(peer, model_cfg, vocab_size), t, batches, device, compile)
-    model = other.import_role(against, "model").build_model(model_cfg, vocab_size)
+    model = other.peer_model(against, model_cfg, vocab_size, PAD)
     if other.role_module(against, "step"):
         return _updates(other.import_role(against, "step"), model, t, batches, device, compile)
     return _legacy_updates(other.import_role(against, "train"), model, t, batches, device, compile)
@@ -149,7 +149,7 @@ def _legacy_updates(
 def check_torch_transformer(cfg: ModelConfig, vocab_size: int, batch: Batch, device, seed: int) -> Check:
     """nn.Transformer loaded with our weights gives our logits (fp32, eval, real target positions)."""
     torch.manual_seed(seed)
-    ours = build_model(cfg, vocab_size).to(device).eval()
+    ours = build_model(cfg, vocab_size, PAD).to(device).eval()
     peer = TorchTransformerSeq2Seq(cfg, vocab_size).to(device).eval().load_ours(ours)
     batch = batch.to(device)
     real = batch.tgt_out != PAD
@@ -176,8 +176,8 @@ def check_against(
     """The other checkout's model, loaded with our weights, gives our loss and gradients (fp32, no dropout)."""
     their_loss = other.import_role(against, "step" if other.role_module(against, "step") else "train").batch_loss
     torch.manual_seed(seed)
-    ours = build_model(cfg, vocab_size).to(device).eval()
-    theirs = other.import_role(against, "model").build_model(cfg, vocab_size).to(device).eval()
+    ours = build_model(cfg, vocab_size, PAD).to(device).eval()
+    theirs = other.peer_model(against, cfg, vocab_size, PAD).to(device).eval()
     theirs.load_state_dict(ours.state_dict())
     batch = batch.to(device)
     results = []
@@ -228,7 +228,7 @@ def run(options: BenchOptions, log) -> BenchResult:
     precisions, left_out = options.chosen_precisions(("fp32", "bf16"), log)
     inputs = training_batches(options, config, options.batches or BATCHES[options.quick], log)
     tokens = sum(b.n_tgt_tokens for b in inputs.batches)
-    flops = sum(training_flops(config.model, inputs.vocab_size, b) for b in inputs.batches)
+    flops = sum(training_flops(config.model, inputs.vocab_size, b.src, b.tgt_out, PAD) for b in inputs.batches)
     peaks = measure_peaks(options.device, options.quick)
     result = _new_result(options, config, inputs, precisions, tokens, flops, peaks)
     if left_out:

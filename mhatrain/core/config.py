@@ -26,6 +26,34 @@ def _choices(*values: str) -> dict:
     return {"choices": values}
 
 
+ATTENTION_KINDS = ("enc_self", "dec_self", "cross")  # encoder self-, decoder self-, encoder-decoder attention (§3.2.3)
+
+
+@dataclass
+class HeadGatesConfig:
+    """Learned head gates: a hard-concrete gate per head (Louizos et al. 2018) and an L0 penalty, with
+    which Voita et al. 2019 prune heads. Their recipe's temperature and stretch are the defaults."""
+
+    l0: float = 0.0  # λ: the loss adds λ · Σ P(gate ≠ 0) over the gated heads to the cross-entropy per target token
+    temperature: float = 0.33  # β of the hard-concrete distribution: lower is closer to a 0/1 gate
+    stretch: list[float] = field(
+        default_factory=lambda: [-0.1, 1.1]
+    )  # [γ, ζ]: the gate's sigmoid is stretched to (γ, ζ), then clipped to [0, 1]
+    kinds: list[str] = field(
+        default_factory=lambda: list(ATTENTION_KINDS), metadata=_choices(*ATTENTION_KINDS)
+    )  # the kinds of attention whose heads get gates
+
+
+@dataclass
+class HeadsPerLayer:
+    """How many heads each attention module has, layer by layer from the bottom (a pruned model's).
+    Every head has the model's head size (model.d_head, or d_model / n_heads); an empty list: n_heads in every layer."""
+
+    enc_self: list[int] = field(default_factory=list)  # encoder self-attention, one count per encoder layer
+    dec_self: list[int] = field(default_factory=list)  # decoder self-attention, one count per decoder layer
+    cross: list[int] = field(default_factory=list)  # encoder-decoder attention, one count per decoder layer
+
+
 @dataclass
 class ModelConfig:
     d_model: int = 512  # width of every residual stream
@@ -39,6 +67,10 @@ class ModelConfig:
     norm: str = field(default="post", metadata=_choices("post", "pre"))  # paper: post-LayerNorm
     tie_embeddings: bool = True  # share src/tgt embeddings and the output projection
     max_positions: int = 1024  # length of the sinusoidal position table
+    head_gates: HeadGatesConfig | None = None  # learned head gates with an L0 penalty (null: none, the paper's model)
+    heads_per_layer: HeadsPerLayer | None = (
+        None  # heads of each layer per kind, each n_heads' head size (null: n_heads everywhere)
+    )
 
 
 @dataclass
@@ -201,15 +233,20 @@ def _build(raw: dict, source: str) -> Config:
             value = {}
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(value).__name__}")
-        cls = _section_class(name)
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for key, item in value.items():
-            if key not in known:
-                raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(key, known)}")
-            kwargs[key] = _coerce(item, known[key], f"{name}.{key}", source)
-        sections[name] = cls(**kwargs)
+        sections[name] = _build_section(_section_class(name), value, name, source)
     return Config(**sections)
+
+
+def _build_section(cls: type, value: dict, name: str, source: str):
+    """A config dataclass (a section, or a mapping inside one such as model.head_gates) from a mapping
+    whose keys are all its fields' names: the values type-checked, the keys left out at their defaults."""
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, item in value.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(str(key), known)}")
+        kwargs[key] = _coerce(item, known[key], f"{name}.{key}", source)
+    return cls(**kwargs)
 
 
 def apply_override(config: Config, item: str) -> None:
@@ -219,20 +256,42 @@ def apply_override(config: Config, item: str) -> None:
         raise ConfigError(f"{source}: expected section.key=value")
     dotted, text = item.split("=", 1)
     parts = dotted.strip().split(".")
-    if len(parts) != 2:
+    if len(parts) not in (2, 3):
         raise ConfigError(f"{source}: expected section.key=value, e.g. train.max_tokens=2048")
-    name, key = parts
+    name = parts[0]
     if name not in SECTIONS:
         raise ConfigError(f"{source}: unknown section '{name}'{_did_you_mean(name, SECTIONS)}")
-    section = getattr(config, name)
-    known = {f.name: f for f in dataclasses.fields(section)}
-    if key not in known:
-        raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(key, known)}")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
-    setattr(section, key, _coerce(value, known[key], dotted, source))
+    owner, key = getattr(config, name), parts[1]
+    if len(parts) == 3:  # a key of a mapping inside the section: model.head_gates.l0=0.01
+        owner, key = _nested(owner, name, key, source), parts[2]
+    known = {f.name: f for f in dataclasses.fields(owner)}
+    if key not in known:
+        where = ".".join(parts[:-1])
+        raise ConfigError(f"{source}: unknown key '{where}.{key}'{_did_you_mean(key, known)}")
+    setattr(owner, key, _coerce(value, known[key], dotted.strip(), source))
+
+
+def _nested(section, name: str, key: str, source: str):
+    """The mapping at section.key that a three-part --set writes into, made with its defaults if unset."""
+    known = {f.name: f for f in dataclasses.fields(section)}
+    if key not in known:
+        raise ConfigError(f"{source}: unknown key '{name}.{key}'{_did_you_mean(key, known)}")
+    cls = _mapping_class(known[key])
+    if cls is None:
+        raise ConfigError(f"{source}: '{name}.{key}' is not a mapping: expected {name}.{key}=value")
+    if getattr(section, key) is None:
+        setattr(section, key, cls())
+    return getattr(section, key)
+
+
+def _mapping_class(f: dataclasses.Field) -> type | None:
+    """The config dataclass a field holds (model.head_gates: HeadGatesConfig), or None for a plain value."""
+    base = _base_type(typing.get_type_hints(_owner_of(f))[f.name])
+    return base if dataclasses.is_dataclass(base) else None
 
 
 def _section_class(name: str) -> type:
@@ -248,14 +307,47 @@ def _did_you_mean(name: str, options) -> str:
 FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 
 
+def _base_type(hint):
+    """The type of a hint without its `| None`."""
+    return next((a for a in typing.get_args(hint) if a is not type(None)), hint) if _optional(hint) else hint
+
+
+def _optional(hint) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
 def _coerce(value, f: dataclasses.Field, key: str, source: str):
-    """Check `value` against the field's annotated type; ints are accepted where floats are."""
+    """Check `value` against the field's annotated type; ints are accepted where floats are. A field that
+    holds a config dataclass takes a mapping of its keys; a list field, a list of its element type."""
     hint = typing.get_type_hints(_owner_of(f))[f.name]
-    optional = type(None) in typing.get_args(hint)
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    base = _base_type(hint)
     if value is None:
-        if optional:
+        if _optional(hint):
             return None
+        raise ConfigError(f"{source}: '{key}' must be {_type_name(base)}, got null")
+    if dataclasses.is_dataclass(base):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{key}' must be a mapping of {_keys(base)}, got {type(value).__name__}")
+        return _build_section(base, value, key, source)
+    if typing.get_origin(base) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: '{key}' must be a list of {_type_name(base)}, got {type(value).__name__}")
+        (element,) = typing.get_args(base)
+        return [_coerce_value(v, element, f, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    return _coerce_value(value, base, f, key, source)
+
+
+def _type_name(base) -> str:
+    return typing.get_args(base)[0].__name__ if typing.get_origin(base) is list else base.__name__
+
+
+def _keys(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+def _coerce_value(value, base: type, f: dataclasses.Field, key: str, source: str):
+    """One value (a key's, or an element of a list key's) checked against `base` and the field's choices."""
+    if value is None:
         raise ConfigError(f"{source}: '{key}' must be {base.__name__}, got null")
     if base is float and isinstance(value, str) and FLOAT_TEXT.fullmatch(value.strip()):
         value = float(value)  # YAML 1.1 reads 1e-9 (no dot) as a string
@@ -278,7 +370,7 @@ def _coerce(value, f: dataclasses.Field, key: str, source: str):
 
 
 def _owner_of(f: dataclasses.Field) -> type:
-    for cls in (ModelConfig, DataConfig, TrainConfig, DecodeConfig):
+    for cls in (ModelConfig, DataConfig, TrainConfig, DecodeConfig, HeadGatesConfig, HeadsPerLayer):
         if any(g is f for g in dataclasses.fields(cls)):
             return cls
     raise KeyError(f.name)
@@ -291,12 +383,6 @@ def heads_divide(d_model: int, n_heads: int) -> bool:
     """Whether n_heads (> 0) heads of d_k = d_v = d_model / n_heads dimensions fill d_model exactly, as
     the paper's heads do: the rule behind model.n_heads, `ablate --heads` and `bench --heads`."""
     return d_model % n_heads == 0
-
-
-def head_size(d_model: int, n_heads: int, d_head: int | None = None) -> int:
-    """d_k = d_v of each head: model.d_head when set, else d_model / n_heads (the paper's rule, which
-    heads_divide checks). The one place that says how wide a head is: attention, reports, FLOP counts."""
-    return d_head if d_head is not None else d_model // n_heads
 
 
 _Fail = Callable[..., NoReturn]  # fail(key, message, *related keys): raises the ConfigError for a broken rule
@@ -323,6 +409,34 @@ def _check_model(m: ModelConfig, fail: _Fail) -> None:
     if m.d_head is None and not heads_divide(m.d_model, m.n_heads):
         fail("model.n_heads", f"must divide model.d_model={m.d_model}, got {m.n_heads} (or set model.d_head)")
     _below_one(fail, "model", m, ("dropout", "attention_dropout"))
+    if m.head_gates is not None:
+        _check_head_gates(m.head_gates, fail)
+    if m.heads_per_layer is not None:
+        _check_heads_per_layer(m, m.heads_per_layer, fail)
+
+
+def _check_head_gates(g: HeadGatesConfig, fail: _Fail) -> None:
+    """The hard-concrete distribution needs γ < 0 and ζ > 1: only then can a gate be exactly 0 or 1."""
+    if g.l0 < 0:
+        fail("model.head_gates.l0", f"must not be negative, got {g.l0}")
+    if g.temperature <= 0:
+        fail("model.head_gates.temperature", f"must be positive, got {g.temperature}")
+    if len(g.stretch) != 2 or not (g.stretch[0] < 0 and g.stretch[1] > 1):
+        fail("model.head_gates.stretch", f"must be [γ, ζ] with γ < 0 and ζ > 1 (e.g. [-0.1, 1.1]), got {g.stretch}")
+    if not g.kinds or len(set(g.kinds)) != len(g.kinds):
+        fail("model.head_gates.kinds", f"must name each gated kind once, at least one of {', '.join(ATTENTION_KINDS)}")
+
+
+def _check_heads_per_layer(m: ModelConfig, layout: HeadsPerLayer, fail: _Fail) -> None:
+    """One count per layer of the kind's stack (or none: n_heads in every layer), none negative."""
+    for kind in ATTENTION_KINDS:
+        counts, layers = getattr(layout, kind), m.n_encoder_layers if kind == "enc_self" else m.n_decoder_layers
+        key = f"model.heads_per_layer.{kind}"
+        if counts and len(counts) != layers:
+            stack = "model.n_encoder_layers" if kind == "enc_self" else "model.n_decoder_layers"
+            fail(key, f"must have one count per layer ({stack}={layers}), got {len(counts)}: {counts}", stack)
+        if any(c < 0 for c in counts):
+            fail(key, f"must not hold a negative head count, got {counts}")
 
 
 def _check_data(d: DataConfig, fail: _Fail, check_paths: bool) -> None:

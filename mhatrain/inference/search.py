@@ -28,7 +28,7 @@ from ..data.batches import batch_indices
 from ..data.tokenizer import Tokenizer
 from ..data.tokens import BOS, EOS, PAD, right_padded
 from ..model.attention import keeping_stacked_qkv
-from ..model.transformer import DecoderCache, HeadGates, Transformer
+from ..model.transformer import DecoderCache, Transformer
 
 GREEDY_COMPACT = 0.25  # greedy search drops finished rows once they are this share of the batch
 BEAM_BATCH_SHRINK = 4  # decode.batch_tokens is sized for beams up to 4 rows per sentence
@@ -83,7 +83,6 @@ def _next_logits(
     tokens: torch.Tensor,
     cache: DecoderCache,
     use_cache: bool,
-    gates,
     eos_only: torch.Tensor,
     normalise: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -98,12 +97,12 @@ def _next_logits(
     EOS is charged what the model gives it, not a free 0. No step reads anything back from the device.
     """
     if use_cache:
-        logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache, gates=gates)
+        logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache)
     else:
         memory, src_mask = cache.memory, cache.src_mask
         if cache.beam > 1:
             memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
-        logits = model.decode(tokens, memory, src_mask, gates=gates)
+        logits = model.decode(tokens, memory, src_mask)
     logits = logits[:, -1].float()
     # logsumexp through log_softmax: one fused pass over [N, V] instead of logsumexp's several
     log_normaliser = logits[:, :1] - logits.log_softmax(dim=1)[:, :1] if normalise else None
@@ -135,10 +134,8 @@ def _one_stack_per_search(search):
 
 @torch.no_grad()
 @_one_stack_per_search
-def greedy_search(
-    model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True, gates: HeadGates | None = None
-) -> list[list[int]]:
-    """src: [B, S] → B token-id lists (without BOS/EOS). gates: optional head masks (see HeadGates).
+def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_cache: bool = True) -> list[list[int]]:
+    """src: [B, S] → B token-id lists (without BOS/EOS).
 
     Finished rows emit PAD, which the output drops, until enough of them have finished to be worth
     leaving the batch (GREEDY_COMPACT of the rows still decoding): then the cache keeps the others
@@ -147,7 +144,7 @@ def greedy_search(
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
     steps = int(limits.max()) + 1
-    cache = model.new_cache(*model.encode(src, gates=gates))
+    cache = model.new_cache(*model.encode(src))
     out = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the tokens
     out[:, 0] = BOS
     row = torch.arange(B, device=device)  # original index of each row still decoding
@@ -155,7 +152,7 @@ def greedy_search(
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     every = _reads_every(device)
     for step in range(1, steps + 1):
-        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, gates, limits < step, normalise=False)
+        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, limits < step, normalise=False)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
         tokens[:, step] = next_token
         finished |= next_token == EOS
@@ -188,13 +185,12 @@ def beam_search(
     beam: int | None = None,
     alpha: float | None = None,
     use_cache: bool = True,
-    gates: HeadGates | None = None,
 ) -> list[list[int]]:
     """src: [B, S] → for each sentence the best hypothesis's token ids (without BOS/EOS)."""
     K = beam or cfg.beam
     if K == 1:
-        return greedy_search(model, src, cfg, use_cache, gates)
-    return [ids for _, ids in scored_beam_search(model, src, cfg, K, alpha, use_cache, gates)]
+        return greedy_search(model, src, cfg, use_cache)
+    return [ids for _, ids in scored_beam_search(model, src, cfg, K, alpha, use_cache)]
 
 
 @torch.no_grad()
@@ -206,7 +202,6 @@ def scored_beam_search(
     beam: int | None = None,
     alpha: float | None = None,
     use_cache: bool = True,
-    gates: HeadGates | None = None,
     stop_early: bool = True,
 ) -> list[tuple[float, list[int]]]:
     """src: [B, S] → for each sentence (log P(hypothesis + EOS) / lp, token ids without BOS/EOS) of
@@ -222,12 +217,12 @@ def scored_beam_search(
     alpha = cfg.alpha if alpha is None else alpha
     limits = length_limits(src, cfg, model)
     steps = int(limits.max()) + 1
-    cache = model.new_cache(*model.encode(src, gates=gates), beam=K)  # rows: K beams per sentence
+    cache = model.new_cache(*model.encode(src), beam=K)  # rows: K beams per sentence
     beams, finished = _start_beams(src, K, steps)
     every = _reads_every(src.device)
     for step in range(1, steps + 1):
         eos_only = (limits[beams.sentence] < step).repeat_interleave(K)
-        logits, log_normaliser = _next_logits(model, beams.tokens[:, :step], cache, use_cache, gates, eos_only)
+        logits, log_normaliser = _next_logits(model, beams.tokens[:, :step], cache, use_cache, eos_only)
         top = _top_candidates(logits, log_normaliser, beams.scores)
         _finish_hypotheses(beams, top, finished, step, alpha)
         source_rows = _extend_beams(beams, top, step)
@@ -396,7 +391,6 @@ def translate_ids(
     precision: str = "fp32",
     use_cache: bool = True,
     progress=None,
-    gates: HeadGates | None = None,
 ) -> list[list[int]]:
     """Translate token-id sequences (without EOS) in length-sorted batches; returns ids in input order."""
     model.eval()
@@ -406,7 +400,7 @@ def translate_ids(
     with autocast(device, precision):
         for indices in batches:
             src = torch.from_numpy(right_padded([src_ids[i] for i in indices]))  # [B, S]
-            hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache, gates)
+            hyps = beam_search(model, src.to(device), cfg, beam, alpha, use_cache)
             for i, hyp in zip(indices, hyps):
                 out[i] = hyp
             if progress is not None:

@@ -20,6 +20,7 @@ from ..core.rundir import SENTENCE_NLL_SUFFIX, TOKENIZER_FILE, eval_path
 from ..core.runtime import set_threads
 from ..data.sources import Corpus, load_split, split_name
 from ..data.tokenizer import Tokenizer
+from ..data.tokens import PAD
 from ..model.transformer import Transformer, build_model, count_parameters
 from .likelihood import reference_cross_entropy, sentence_file_text
 from .scoring import read_aligned, sacrebleu_test_set, score, show_scores
@@ -57,7 +58,7 @@ def load_run(run_dir: Path, which: str = "best", overrides: list[str] = (), stri
     if state.get("vocab_size") != tokenizer.vocab_size or state.get("vocab_fingerprint") != tokenizer.fingerprint():
         raise MhatrainError(f"{run_dir}: checkpoint was made with a different vocabulary than spm.model")
     device = resolve_device(config.train.device)
-    model = build_model(config.model, tokenizer.vocab_size)
+    model = build_model(config.model, tokenizer.vocab_size, PAD)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:

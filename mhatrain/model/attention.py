@@ -18,6 +18,7 @@ model builds each mask once per forward pass and all its layers share it.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.config import head_size, heads_divide
+from ..core.config import heads_divide
+from .gates import HardConcreteGate
+from .sizes import head_size
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -178,23 +181,36 @@ class MultiHeadAttention(nn.Module):
     per-head probabilities [B, H, Tq, Tk] when asked for (never averaged over heads).
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, d_head: int | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        d_head: int | None = None,
+        gate: HardConcreteGate | None = None,
+    ):
         super().__init__()
         if d_head is None and not heads_divide(d_model, n_heads):
             raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, head_size(d_model, n_heads, d_head)
         self.dropout = dropout
         inner = n_heads * self.d_head  # H·Dh: d_model unless d_head is given
-        self.w_q = nn.Linear(d_model, inner, bias=bias)
-        self.w_k = nn.Linear(d_model, inner, bias=bias)
-        self.w_v = nn.Linear(d_model, inner, bias=bias)
-        self.w_o = nn.Linear(inner, d_model, bias=bias)
+        with warnings.catch_warnings():  # a pruned module may have no heads: Linear warns of its empty init
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors", UserWarning)
+            self.w_q = nn.Linear(d_model, inner, bias=bias)
+            self.w_k = nn.Linear(d_model, inner, bias=bias)
+            self.w_v = nn.Linear(d_model, inner, bias=bias)
+            self.w_o = nn.Linear(inner, d_model, bias=bias)
         for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
-            nn.init.xavier_uniform_(linear.weight)
+            if linear.weight.numel():  # a module whose heads were all pruned has nothing to initialise
+                nn.init.xavier_uniform_(linear.weight)
             if bias:
                 nn.init.zeros_(linear.bias)
+        self.gate = gate  # learned head gates (model.head_gates), or None: not even a key in the checkpoint
         self._qkv_kept: tuple | None = None  # the stacked weights while a search keeps them: see keeping_stacked_qkv
         self._keep_qkv = False
+        self.head_gate: torch.Tensor | None = None  # set for a forward pass by transformer.gated_heads
 
     def _project_qkv(self, x):
         """Self-attention: Q, K and V of x in one matmul (W_Q, W_K, W_V stacked)."""
@@ -227,16 +243,15 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | None = None,
         need_weights: bool = False,
-        head_gate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query: [B, Tq, D]; key_value: [B, Tk, D] (the query itself for self-attention).
 
         cache: incremental decoding state (see KVCache). need_weights: also return the per-head
-        attention probabilities [B, H, Tq, Tk] (explicit path). head_gate: [H] multipliers on each
-        head's output before W_O (1 = keep, 0 = prune), or [B, H] for one gate per example (per-sentence
-        gradients of head importance).
+        attention probabilities [B, H, Tq, Tk] (explicit path).
         Returns ([B, Tq, D], probabilities or None).
         """
+        if self.n_heads == 0:  # every head pruned: Concat of no heads is empty, and W_O leaves its bias
+            return self._without_heads(query, key_value, need_weights)
         # 1. Project and split heads: Q = query W_Q → [B, H, Tq, Dh]
         # 2. Keys and values, from the cache when it has them (cross-attention while decoding).
         cached = cache is not None and cache.static and cache.k is not None
@@ -267,12 +282,26 @@ class MultiHeadAttention(nn.Module):
         if group > 1:
             head_outputs = unfold_group(head_outputs, group)
             probs = unfold_group(probs, group) if probs is not None else None
-        # 4. Optional head gates (head masking / importance), then Concat and W_O.
-        if head_gate is not None:
-            head_outputs = head_outputs * head_gate.to(head_outputs.dtype).view(
-                -1 if head_gate.dim() == 2 else 1, head_outputs.size(1), 1, 1
-            )
-        return self.w_o(merge_heads(head_outputs)), probs  # [B, Tq, D]
+        # 4. Head gates, if any are set, then Concat and W_O.
+        return self.w_o(merge_heads(self._gated(head_outputs))), probs  # [B, Tq, D]
+
+    def _gated(self, head_outputs: torch.Tensor) -> torch.Tensor:
+        """[B, H, Tq, Dh] with each head's output multiplied by its gates: the learned gate (see
+        gates.py), times `head_gate` when set ([H], or [B, H] for one gate per example: per-sentence
+        gradients of head importance; 1 = keep, 0 = prune)."""
+        gate = self.head_gate
+        if self.gate is not None:
+            learned = self.gate()  # [H]
+            gate = learned if gate is None else gate.to(learned.dtype) * learned
+        if gate is None:
+            return head_outputs
+        return head_outputs * gate.to(head_outputs.dtype).view(-1 if gate.dim() == 2 else 1, head_outputs.size(1), 1, 1)
+
+    def _without_heads(self, query: torch.Tensor, key_value: torch.Tensor, need_weights: bool):
+        """A module with no heads: ([B, Tq, D], the bias of W_O at every position; [B, 0, Tq, Tk] or None)."""
+        B, Tq, _ = query.shape
+        out = self.w_o(query.new_zeros(B, Tq, 0))
+        return out, query.new_zeros(B, 0, Tq, key_value.size(1)) if need_weights else None
 
 
 @contextmanager

@@ -24,24 +24,34 @@ from __future__ import annotations
 
 import torch
 
-from ..core.config import ModelConfig, head_size
-from ..data.batches import Batch
-from ..data.tokens import PAD
+from ..core.config import ModelConfig
+from .sizes import heads_in, model_head_size
 
 
 def forward_macs(cfg: ModelConfig, vocab_size: int, src_lengths: torch.Tensor, tgt_lengths: torch.Tensor) -> int:
-    """Multiply-accumulates of one forward pass over sentences with these real lengths."""
+    """Multiply-accumulates of one forward pass over sentences with these real lengths. With
+    model.heads_per_layer each attention module has its own A = H_l · d_head: L · A above is their sum."""
     D, F, Le, Ld = cfg.d_model, cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers
-    A = cfg.n_heads * head_size(cfg.d_model, cfg.n_heads, cfg.d_head)
+    enc, dec, cross = (heads_width(cfg, kind) for kind in ("enc_self", "dec_self", "cross"))
     S, T = src_lengths.long(), tgt_lengths.long()
     n_src, n_tgt = int(S.sum()), int(T.sum())
-    encoder = n_src * Le * (4 * D * A + 2 * D * F) + int((S * S).sum()) * Le * 2 * A
-    decoder = n_tgt * Ld * (6 * D * A + 2 * D * F) + n_src * Ld * 2 * D * A + int((T * T + T * S).sum()) * Ld * 2 * A
+    encoder = n_src * (4 * D * enc + Le * 2 * D * F) + int((S * S).sum()) * 2 * enc
+    decoder = (
+        n_tgt * (4 * D * dec + 2 * D * cross + Ld * 2 * D * F)
+        + n_src * 2 * D * cross
+        + int((T * T).sum()) * 2 * dec
+        + int((T * S).sum()) * 2 * cross
+    )
     return encoder + decoder + n_tgt * D * vocab_size
 
 
-def training_flops(cfg: ModelConfig, vocab_size: int, batch: Batch) -> int:
-    """Model FLOPs of one training step (forward + backward) on the batch."""
-    src_lengths = (batch.src != PAD).sum(1)
-    tgt_lengths = (batch.tgt_out != PAD).sum(1)
-    return 6 * forward_macs(cfg, vocab_size, src_lengths, tgt_lengths)
+def heads_width(cfg: ModelConfig, kind: str) -> int:
+    """Σ over the layers of `kind` of H_l · d_head: the width of all its heads together."""
+    layers = cfg.n_encoder_layers if kind == "enc_self" else cfg.n_decoder_layers
+    return sum(heads_in(cfg, kind, layer) for layer in range(layers)) * model_head_size(cfg)
+
+
+def training_flops(cfg: ModelConfig, vocab_size: int, src: torch.Tensor, tgt_out: torch.Tensor, pad_id: int) -> int:
+    """Model FLOPs of one training step (forward + backward) on a batch: src [B, S] and tgt_out [B, T]
+    token ids, right-padded with pad_id."""
+    return 6 * forward_macs(cfg, vocab_size, (src != pad_id).sum(1), (tgt_out != pad_id).sum(1))

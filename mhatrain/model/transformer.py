@@ -1,22 +1,26 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (§3).
 
-Shape legend: B batch · S source length · T target length · D d_model · V vocabulary.
-Masks are boolean, True = may attend.
+Shape legend: B batch · S source length · T target length · D d_model · V vocabulary · H heads.
+Masks are boolean, True = may attend. Token ids are right-padded with the model's `pad_id`, which the
+data layer chooses and passes in: the model imports nothing from it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.config import ModelConfig
-from ..data.tokens import PAD
+from ..core.config import ATTENTION_KINDS, ModelConfig
 from .attention import KVCache, Mask, MultiHeadAttention
 from .dropout import Dropout
+from .gates import HardConcreteGate
+from .sizes import heads_in, model_head_size
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -29,9 +33,9 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
     return table
 
 
-def padding_mask(tokens: torch.Tensor) -> torch.Tensor:
-    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token."""
-    return (tokens != PAD)[:, None, None, :]
+def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """[B, S] token ids → [B, 1, 1, S]: True where the key is a real token (not pad_id)."""
+    return (tokens != pad_id)[:, None, None, :]
 
 
 def causal_mask(length: int, device=None) -> torch.Tensor:
@@ -54,6 +58,15 @@ def self_attention_mask(offset: int, length: int, device=None, padding: torch.Te
     if length == 1:
         return None
     return Mask(causal_mask(offset + length, device)[:, :, offset:, :])
+
+
+def build_attention(cfg: ModelConfig, kind: str, layer: int) -> MultiHeadAttention:
+    """The attention module of `kind` (a name in KINDS) in layer `layer` (from 0), as `cfg` asks: the one
+    place that reads the config's attention settings. Its heads: model.heads_per_layer's count for the
+    layer, else n_heads, each of the model's head size; learned gates when model.head_gates names the kind."""
+    n_heads, gates = heads_in(cfg, kind, layer), cfg.head_gates
+    gate = HardConcreteGate(n_heads, gates.temperature, gates.stretch) if gates and kind in gates.kinds else None
+    return MultiHeadAttention(cfg.d_model, n_heads, cfg.attention_dropout, d_head=model_head_size(cfg), gate=gate)
 
 
 class FeedForward(nn.Module):
@@ -97,17 +110,17 @@ class EncoderLayer(nn.Module):
     forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.self_attn = build_attention(cfg, "enc_self", layer)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x, src_mask, need_weights=False, head_gate=None):
+    def forward(self, x, src_mask, need_weights=False):
         h = self.res_attn.enter(x)
-        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights, head_gate=head_gate)
+        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights)
         x = self.res_attn(x, out)
         x = self.res_ffn(x, self.ffn(self.res_ffn.enter(x)))
         return x, probs
@@ -133,30 +146,24 @@ class DecoderLayer(nn.Module):
     y holds only the new positions and earlier keys/values come from the cache.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         pre = cfg.norm == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, d_head=cfg.d_head)
+        self.self_attn = build_attention(cfg, "dec_self", layer)
+        self.cross_attn = build_attention(cfg, "cross", layer)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(
-        self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False, gates=(None, None)
-    ):
+    def forward(self, y, memory, tgt_mask, src_mask, cache: LayerCache | None = None, need_weights=False):
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
         h = self.res_self.enter(y)
-        out, self_probs = self.self_attn(
-            h, h, tgt_mask, cache=self_cache, need_weights=need_weights, head_gate=gates[0]
-        )
+        out, self_probs = self.self_attn(h, h, tgt_mask, cache=self_cache, need_weights=need_weights)
         y = self.res_self(y, out)
         h = self.res_cross.enter(y)
-        out, cross_probs = self.cross_attn(
-            h, memory, src_mask, cache=cross_cache, need_weights=need_weights, head_gate=gates[1]
-        )
+        out, cross_probs = self.cross_attn(h, memory, src_mask, cache=cross_cache, need_weights=need_weights)
         y = self.res_cross(y, out)
         y = self.res_ffn(y, self.ffn(self.res_ffn.enter(y)))
         return y, self_probs, cross_probs
@@ -199,10 +206,14 @@ class Attention:
     cross: list[torch.Tensor] = field(default_factory=list)
 
 
+KINDS = ATTENTION_KINDS  # the three kinds of attention (§3.2.3), as the config, Attention and HeadGates name them
+
+
 @dataclass
 class HeadGates:
     """Multipliers on each head's output, [n_layers, H] per attention kind (1 = keep), or
-    [n_layers, B, H] for one gate per example of a batch."""
+    [n_layers, B, H] for one gate per example of a batch. None: that kind's heads are not gated.
+    Set on a model for a forward pass with gated_heads."""
 
     enc_self: torch.Tensor | None = None
     dec_self: torch.Tensor | None = None
@@ -215,17 +226,19 @@ class Transformer(nn.Module):
     output projection to the vocabulary (tied to the embeddings when model.tie_embeddings).
 
     encode: src [B, S] → memory [B, S, D]; decode: tgt_in [B, T] → logits [B, T, V] (incrementally,
-    with a DecoderCache); forward = both, teacher-forced, for training.
+    with a DecoderCache); forward = both, teacher-forced, for training. Every attention module comes
+    from build_attention; learned head gates (model.head_gates) live in those modules, and
+    gate_penalty() is the L0 term they add to the loss.
     """
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int):
         super().__init__()
-        self.cfg, self.vocab_size = cfg, vocab_size
-        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=PAD)
+        self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
+        self.embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False)
         self.embed_dropout = Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
         # Pre-norm stacks need a final LayerNorm; post-norm outputs are already normalised.
         pre = cfg.norm == "pre"
         self.enc_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
@@ -237,12 +250,12 @@ class Transformer(nn.Module):
 
     def _init_weights(self):
         for name, p in self.named_parameters():
-            if p.dim() > 1 and "norm" not in name:
+            if p.dim() > 1 and "norm" not in name and p.numel():
                 nn.init.xavier_uniform_(p)
         # Embeddings are scaled by sqrt(D) on the way in, so start them at N(0, D^-1/2).
         nn.init.normal_(self.embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
         with torch.no_grad():
-            self.embed.weight[PAD].zero_()
+            self.embed.weight[self.pad_id].zero_()
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """[B, T] → [B, T, D]: embedding · sqrt(D) + position encoding, then dropout."""
@@ -250,16 +263,31 @@ class Transformer(nn.Module):
         x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + T]
         return self.embed_dropout(x)
 
-    def encode(
-        self, src: torch.Tensor, attention: Attention | None = None, gates: HeadGates | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention_modules(self, kind: str) -> list[MultiHeadAttention]:
+        """The attention modules of one kind (a name in KINDS), one per layer from the bottom."""
+        if kind == "enc_self":
+            return [layer.self_attn for layer in self.encoder]
+        if kind == "dec_self":
+            return [layer.self_attn for layer in self.decoder]
+        if kind == "cross":
+            return [layer.cross_attn for layer in self.decoder]
+        raise ValueError(f"unknown kind of attention {kind!r}; valid: {', '.join(KINDS)}")
+
+    def gate_penalty(self) -> torch.Tensor | None:
+        """λ · Σ P(gate ≠ 0) over the learned head gates (model.head_gates.l0 = λ): the L0 term that training
+        adds to the cross-entropy per target token; None for a model without learned gates."""
+        gates = [m.gate for kind in KINDS for m in self.attention_modules(kind) if m.gate is not None]
+        if not gates:
+            return None
+        return self.cfg.head_gates.l0 * torch.cat([g.p_open() for g in gates]).sum()
+
+    def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
-        src_mask = padding_mask(src)
+        src_mask = padding_mask(src, self.pad_id)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
-        for i, layer in enumerate(self.encoder):
-            gate = gates.enc_self[i] if gates is not None and gates.enc_self is not None else None
-            x, probs = layer(x, mask, need_weights=attention is not None, head_gate=gate)
+        for layer in self.encoder:
+            x, probs = layer(x, mask, need_weights=attention is not None)
             if attention is not None:
                 attention.enc_self.append(probs)
         return self.enc_norm(x), src_mask
@@ -271,7 +299,6 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         cache: DecoderCache | None = None,
         attention: Attention | None = None,
-        gates: HeadGates | None = None,
     ) -> torch.Tensor:
         """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
 
@@ -279,22 +306,13 @@ class Transformer(nn.Module):
         """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
-        padding = padding_mask(tgt_in) if attention is not None and cache is None else None
+        padding = padding_mask(tgt_in, self.pad_id) if attention is not None and cache is None else None
         tgt_mask, cross_mask = self_attention_mask(offset, T, tgt_in.device, padding), Mask(src_mask)
         y = self._embed(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
-            layer_gates = (
-                gates.dec_self[i] if gates is not None and gates.dec_self is not None else None,
-                gates.cross[i] if gates is not None and gates.cross is not None else None,
-            )
+            layer_cache = cache.layers[i] if cache is not None else None
             y, self_probs, cross_probs = layer(
-                y,
-                memory,
-                tgt_mask,
-                cross_mask,
-                cache.layers[i] if cache is not None else None,
-                need_weights=attention is not None,
-                gates=layer_gates,
+                y, memory, tgt_mask, cross_mask, layer_cache, need_weights=attention is not None
             )
             if attention is not None:
                 attention.dec_self.append(self_probs)
@@ -313,8 +331,37 @@ class Transformer(nn.Module):
         return DecoderCache([LayerCache.empty(beam) for _ in self.decoder], memory, src_mask, beam)
 
 
-def build_model(cfg: ModelConfig, vocab_size: int) -> Transformer:
-    return Transformer(cfg, vocab_size)
+def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> Transformer:
+    """The Transformer of `cfg` over a vocabulary of `vocab_size` ids, batches padded with `pad_id`."""
+    return Transformer(cfg, vocab_size, pad_id)
+
+
+def _gate_rows(model: Transformer, gates: HeadGates | None) -> list[tuple[MultiHeadAttention, torch.Tensor]]:
+    """Each attention module that `gates` gates, with its layer's row of gates."""
+    if gates is None:
+        return []
+    pairs = []
+    for kind in KINDS:
+        if (rows := getattr(gates, kind)) is not None:
+            pairs += zip(model.attention_modules(kind), rows, strict=True)
+    return pairs
+
+
+@contextmanager
+def gated_heads(model: Transformer, gates: HeadGates | None) -> Iterator[None]:
+    """Within: each attention module of a kind that `gates` gives multiplies its heads' outputs by its
+    layer's row of gates (before W_O), in every forward pass: encode, decode, a whole search. On leaving,
+    the modules' gates are what they were (an outer gated_heads' gates, or none). None: no change.
+    """
+    pairs = _gate_rows(model, gates)
+    outer = [module.head_gate for module, _ in pairs]
+    for module, row in pairs:
+        module.head_gate = row
+    try:
+        yield
+    finally:
+        for (module, _), gate in zip(pairs, outer):
+            module.head_gate = gate
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -28,13 +28,14 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from ..core.config import Config, head_size, load_config
+from ..core.config import Config, load_config
 from ..core.distributed import read_launch, resolve_device
 from ..core.errors import MhatrainError
 from ..core.provenance import record_session, session
 from ..core.runtime import is_device_name, slow_bf16_warning
 from ..data.sources import check_splits
 from ..inference.trained import evaluate_run
+from ..model.sizes import head_size
 from ..training.loop import train
 from ..training.tensorboard_log import check_available as check_tensorboard
 from ..training.validation import selection_metric

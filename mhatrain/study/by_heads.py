@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.roles import study_role_measures, study_role_shares
-from ..core.config import head_size
 from ..core.files import read_json
+from ..model.sizes import head_size
 from .claims import PAPER_TABLE_3A
 from .comparison import BASELINE_HEADS
 from .run_records import RunRecord

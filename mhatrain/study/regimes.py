@@ -32,10 +32,12 @@ from matplotlib.figure import Figure
 from rich.console import Console
 
 from ..core import provenance
-from ..core.config import Config, apply_override, config_from_dict, head_size
+from ..core.config import Config, apply_override, config_from_dict
 from ..core.errors import MhatrainError
 from ..core.files import atomic_write, atomic_write_json, atomic_write_text
+from ..data.tokens import PAD
 from ..model.flops import forward_macs
+from ..model.sizes import head_size
 from ..model.transformer import build_model, count_parameters
 from .comparison import BASELINE_HEADS, verdict_of
 from .grid_report import build_report, write
@@ -59,7 +61,7 @@ def point_cost(config: Config, vocab_size: int | None = None) -> dict:
     m = config.model
     vocab = vocab_size or config.data.vocab_size
     with torch.device("meta"):
-        parameters = count_parameters(build_model(m, vocab))
+        parameters = count_parameters(build_model(m, vocab, PAD))
     lengths = torch.tensor([COST_LENGTH])
     return {
         "d_head": head_size(m.d_model, m.n_heads, m.d_head),

@@ -43,7 +43,7 @@ from ..core.files import atomic_write_text
 from ..core.rundir import BEST, CONFIG_FILE, LAST, LAST_PREV, SUMMARY_FILE, TOKENIZER_FILE, is_run_dir
 from ..core.runtime import check_gpu_bf16, loss_scaler, set_threads, slow_bf16_warning
 from ..data.batches import Batch, Prefetcher, batch_indices, batch_sizes, bucket_lengths, collate, pair_lengths
-from ..data.tokens import Encoded
+from ..data.tokens import PAD, Encoded
 from ..model.transformer import Transformer, build_model, count_parameters
 from .metrics import MetricsLog, truncate_metrics, validated_at
 from .prepare import Prepared, prepare_data
@@ -180,7 +180,7 @@ def _build_or_resume(
     """The model, optimiser, loss scaler and state: new, or as checkpoint `last` left them (random
     state included); the metrics and snapshots past that checkpoint are dropped, to be redone."""
     t = config.train
-    model = build_model(config.model, prepared.tokenizer.vocab_size).to(procs.device)
+    model = build_model(config.model, prepared.tokenizer.vocab_size, PAD).to(procs.device)
     optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
     scaler = loss_scaler(procs.device, t.precision)
     state = TrainState()

@@ -43,6 +43,14 @@ def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[torc
     return per_token.masked_fill(pad, 0.0).sum(), nll.masked_fill(pad, 0.0).sum()
 
 
+def gate_penalty(model: torch.nn.Module) -> torch.Tensor | None:
+    """The L0 penalty of the model's learned head gates (Transformer.gate_penalty); None for a model
+    without them, a bench peer included. A model in DistributedDataParallel is asked through its module."""
+    model = getattr(model, "module", model)
+    penalty = getattr(model, "gate_penalty", None)
+    return penalty() if penalty is not None else None
+
+
 def compile_model(model: torch.nn.Module, backend: str = "inductor"):
     """torch.compile's version of `model` for batches padded to a few lengths (data.bucket_length;
     train.compile): static lengths, so one graph per length bucket, each specialised to its length,
@@ -224,16 +232,23 @@ def _accumulate_gradients(
     n_tokens: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward of each batch of the share, the gradients summed (DDP exchanges them after
-    the last); returns this process's weighted loss and NLL sums, on the device."""
+    the last); returns this process's weighted loss and NLL sums, on the device. The objective is the
+    loss per target token of the whole update, plus the L0 penalty of learned head gates if the model
+    has them (added once, with the last batch; the logged loss leaves it out)."""
     device = procs.device
     loss_sum = nll_sum = torch.zeros((), dtype=torch.float32, device=device)
+    penalty = gate_penalty(ddp_model)
     for k, (batch, weight) in enumerate(share):
         batch = batch.to(device, non_blocking=True)  # from pinned memory on CUDA: overlaps the step
-        with procs.accumulating(ddp_model, final=k == len(share) - 1):
+        final = k == len(share) - 1
+        with procs.accumulating(ddp_model, final=final):
             with autocast(device, t.precision):
                 loss, nll = batch_loss(forward_model, batch, t.label_smoothing)
             # DDP averages the gradients of the processes: × world turns the average into the sum.
-            scaler.scale(loss * (weight * procs.world) / n_tokens).backward()  # fp16: × the loss scale
+            objective = loss * (weight * procs.world) / n_tokens
+            if final and penalty is not None:  # every process adds the same term, and DDP averages it
+                objective = objective + penalty
+            scaler.scale(objective).backward()  # fp16: × the loss scale
         loss_sum = loss_sum + weight * loss.detach()
         nll_sum = nll_sum + weight * nll
     return loss_sum, nll_sum
