@@ -37,9 +37,9 @@ CE_STUDIES = 4000
 # The pooled rate's bounds: 3.5 SE (SE measured over studies: 0.0036 for BLEU at 1,000 studies, 0.0018
 # for cross-entropy at 4,000; the binomial SE of one contrast alone would be 0.0069 and 0.0034) around α,
 # and below it what the t reference legitimately gives where part of the variance is the shared term
-# (see the xfails): 0.040 for BLEU with the measured shared term (4,500 studies, seeds 101, 102 and this
-# one), 0.038 for cross-entropy with the default one.
-BLEU_BOUNDS = (0.040 - 3.5 * 0.0036, ALPHA + 3.5 * 0.0036)
+# (see the xfails): 0.043 for BLEU with the measured shared term (6,100 studies over five seeds, this
+# one's 1,000 at 0.036), 0.038 for cross-entropy with the default one.
+BLEU_BOUNDS = (0.043 - 3.5 * 0.0036, ALPHA + 3.5 * 0.0036)
 CE_BOUNDS = (ALPHA - 3.5 * 0.0018, ALPHA + 3.5 * 0.0018)
 
 
