@@ -1,15 +1,19 @@
-"""Calibrate the head-count verdict by simulation (see mhatrain/study/calibration.py): the false-positive rate
-of the seed-block test and of the previous rule under the null, and the power to find a true +1.0 BLEU
-difference of h=1 from h=8 with 3 and 6 seeds. With --interaction, the same for the interaction tests
-of a varied study (does Δ differ between cells). The figures in docs/ablation.md come from, at the
-repository root:
+"""Calibrate the head-count verdict by simulation (see mhatrain/study/calibration.py): for BLEU and for
+per-token cross-entropy, at the committed study's design (seeds 6/3/6/3/3 of h = 1/4/8/16/32, h=4 seed 3
+and h=32 seed 3 left out) and at three seeds per h, under several noise scenarios: the family
+false-positive rate (Holm), the rate at which each null contrast's raw p falls below α (pooled over
+contrasts, with its standard error over studies), and the power to find h=1 better than h=8 (+1.0 BLEU,
+−0.03 nats/token). The previous rule is shown beside the BLEU verdict. With --interaction, the same for
+the interaction tests of a varied study (does Δ differ between cells). The figures in docs/ablation.md
+come from, at the repository root:
 
-    python scripts/calibrate.py --studies 2000
+    python scripts/calibrate.py --studies 2000 --ce-studies 10000
     python scripts/calibrate.py --studies 2000 --interaction --effect 1.5
 
 The pool of systems is tests/data/multi30k-test-stats.npz: per-sentence BLEU statistics of the 15
-committed Multi30k systems (results/ablate-multi30k/hNN-seedS/eval/test.beam4.hyp.txt). Remake it with
-`--write-pool` (needs the references in ../shared/data/multi30k).
+committed Multi30k systems (results/ablate-multi30k/hNN-seedS/eval/test.beam4.hyp.txt); the
+cross-entropy simulation takes its sentence lengths. Remake it with `--write-pool` (needs the references
+in ../shared/data/multi30k).
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ def write_pool() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="False-positive rate and power of the head-count verdict.")
-    parser.add_argument("--studies", type=int, default=2000, help="synthetic studies per design")
+    parser.add_argument("--studies", type=int, default=2000, help="synthetic BLEU studies per line")
+    parser.add_argument("--ce-studies", type=int, default=10000, help="synthetic cross-entropy studies per line")
     parser.add_argument("--effect", type=float, default=1.0, help="true BLEU difference of h=1 for the power")
+    parser.add_argument("--ce-effect", type=float, default=-0.03, help="true cross-entropy difference of h=1")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the simulation")
     parser.add_argument("--write-pool", action="store_true", help=f"remake {POOL.name} from the committed runs")
     parser.add_argument(
@@ -67,28 +73,63 @@ def main() -> None:
     if args.interaction:
         calibrate_interaction(pool, rng, args.studies, args.effect)
         return
-    designs = {
-        "3 seeds per h": {h: 3 for h in HEADS},
-        "6 seeds of h=1 and h=8, 3 of the others": {h: 6 if h in (1, 8) else 3 for h in HEADS},
-        "6 seeds per h": {h: 6 for h in HEADS},
+    designs = {"study (6/3/6/3/3, two left out)": C.STUDY_CELLS, "3 seeds per h": C.THREE_SEEDS_CELLS}
+    # Dirichlet concentration: h=16 and h=32 noisier over seeds, sd 0.66 against 0.50 BLEU (as far as mixtures
+    # of the pool can spread: 0.03 gives 0.79); cross-entropy below doubles their seed sd
+    noisy = {16: 0.08, 32: 0.08}
+    bleu = {
+        f"shared ρ={C.REALISTIC_SHARED} (as measured)": {"shared": C.REALISTIC_SHARED},
+        "no shared sentence effect": {},
+        f"large shared ρ={C.LARGE_SHARED}": {"shared": C.LARGE_SHARED},
+        "unequal seed noise (h=16, 32)": {"shared": C.REALISTIC_SHARED, "concentration": noisy},
     }
-    print(f"{args.studies} synthetic studies per line; pool: {pool.shape[0]} systems, {pool.shape[1]} sentences")
-    print(f"{'design':42} {'rule':16} {'false-positive rate':>20} {f'power (+{args.effect:.1f} BLEU)':>18} {'sd':>5}")
-    for name, seeds in designs.items():
-        started = time.perf_counter()
-        null = C.rates(C.simulate(pool, seeds, args.studies, rng))
-        power = C.rates(C.simulate(pool, seeds, args.studies, rng, effects={1: args.effect}), null_heads=set())
-        for rule in C.RULES:
-            print(
-                f"{name:42} {rule:16} {null[rule].family_false_positive:20.3f} "
-                f"{power[rule].called_better[1]:18.3f} {null[rule].residual_sd:5.2f}"
-            )
-        print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    print(
-        "false-positive rate: share of null studies (every h the same) in which any h was called better or "
-        "worse than h=8 at α = 0.05; power: share of studies in which h=1 was called better; sd: median "
-        "residual standard deviation of the seed-block fit (the seed noise simulated; the committed study: 0.55)"
+    ce = {
+        f"shared {C.CE_SHARED} (default)": {},
+        "no shared sentence effect": {"shared": 0.0},
+        f"large shared {C.CE_LARGE_SHARED}": {"shared": C.CE_LARGE_SHARED},
+        "unequal seed noise (h=16, 32)": {"seed_sd": {16: 0.017, 32: 0.017}},
+    }
+    lengths = pool[0, :, 1] + 1.0
+    print(f"pool: {pool.shape[0]} systems, {pool.shape[1]} sentences; α = 0.05")
+    header = (
+        f"{'measure':8} {'design':32} {'scenario':32} {'studies':>7} {'family FP':>9} {'per contrast':>15} "
+        f"{'h=32 raw':>8} {'power':>6} {'resid sd':>8} {'shared sd':>9}"
     )
+    print(header)
+    for design, cells in designs.items():
+        for scenario, options in bleu.items():
+            line("BLEU", design, scenario, args.studies, args.effect, rng, pool, cells, options)
+        for scenario, options in ce.items():
+            line("CE", design, scenario, args.ce_studies, args.ce_effect, rng, lengths, cells, options)
+    print(
+        "family FP: share of null studies (every h the same) in which any h was called better or worse than "
+        "h=8 (Holm); per contrast: share of raw two-sided p < α over the five null contrasts (four h against "
+        "h=8 and the trend), ± its standard error over studies: α where the test is calibrated; h=32 raw: the "
+        "same for h=32 alone; power: share of studies (h=1 shifted by the effect, the rest null) in which h=1 "
+        f"was called better ({args.effect:+.1f} BLEU, {args.ce_effect:+.3f} nats/token); resid sd: median "
+        "residual sd of the seed-block fit (the committed study: 0.55 BLEU, about 0.010 nats/token); shared "
+        "sd: median √(shared sentence variance) of h=1 − h=8"
+    )
+    started = time.perf_counter()
+    studies = list(C.simulate(pool, C.STUDY_CELLS, args.studies, rng, shared=C.REALISTIC_SHARED))
+    previous = C.rates(studies, {"previous rule": C.previous_verdicts})["previous rule"]
+    print(f"previous rule, BLEU at the study's design: family false-positive rate {previous.family_false_positive:.3f}")
+    print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+
+
+def line(measure, design, scenario, studies, effect, rng, data, cells, options) -> None:
+    started = time.perf_counter()
+    simulate = C.simulate if measure == "BLEU" else C.simulate_cross_entropy
+    null = C.calibrate(simulate(data, cells, studies, rng, **options))
+    power = C.calibrate(simulate(data, cells, studies, rng, effects={1: effect}, **options), null_heads={4, 16, 32})
+    per = f"{null.pooled:.4f}±{null.pooled_se:.4f}"
+    print(
+        f"{measure:8} {design:32} {scenario:32} {studies:7} {null.family_false_positive:9.4f} {per:>15} "
+        f"{null.contrast_rejected[32]:8.4f} {power.called_better[1]:6.3f} {null.residual_sd:8.4g} "
+        f"{null.shared_sd[1]:9.4g}",
+        flush=True,
+    )
+    print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 
 
 def calibrate_interaction(pool: np.ndarray, rng: np.random.Generator, studies: int, effect: float) -> None:
