@@ -62,7 +62,10 @@ RANDOM_PEERS = (OURS, UNCACHED, "HF generate")  # --random-weights
 TRAINED_PEERS = (OURS, CT2)  # the default: a trained model
 GEN_LEN = {False: 20, True: 6}  # L, tokens before EOS with random weights: full size, --quick
 QUICK_SENTENCES = 12
-TOKENS_LIKE_OURS = 0.10  # CTranslate2's tokens per sentence within 10% of ours: comparable work (fp32)
+# CTranslate2's tokens per sentence at least 90% of ours: comparable work (fp32). It may generate more: its
+# length limit is one per batch (the longest sentence's), ours one per sentence, so a sentence that runs
+# to its own limit in ours runs on to the batch's in CTranslate2, which then does more work than ours.
+TOKENS_LIKE_OURS = 0.10
 # ours ≥ this × CTranslate2's speed: fp32 against its float32, our fastest mode against its int8 (issue 56)
 CT2_TARGETS = {"fp32": 0.8, "bf16": 1.0, "int8": 1.0}
 UNIFORM_NOTE = (
@@ -386,8 +389,9 @@ def _check_trained(
     ours, theirs = metrics[OURS]["tokens_per_sentence"], metrics[CT2]["tokens_per_sentence"]
     label = "greedy" if common["beam"] == 1 else f"beam {common['beam']}"
     check = Check(
-        f"{label}: {CT2} float32 generates comparable tokens per sentence (within {TOKENS_LIKE_OURS:.0%} of ours, fp32, every batch)",
-        abs(theirs - ours) <= TOKENS_LIKE_OURS * ours,
+        f"{label}: {CT2} float32 generates comparable tokens per sentence (no fewer than "
+        f"{1 - TOKENS_LIKE_OURS:.0%} of ours, fp32, every batch; more only makes the ratio conservative)",
+        theirs >= (1 - TOKENS_LIKE_OURS) * ours,
         f"ours {ours:.2f}, {CT2} {theirs:.2f}",
     )
     return [check], metrics
