@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import EOS
@@ -41,6 +42,14 @@ def test_converted_model_scores_as_ours(tmp_path, toy_tokenizer, architecture):
     sources = tokenizer.encode(SENTENCES)
     targets = [[5, 9, 12, 7], [20, 4], list(range(4, 30))]  # any target: the model is random
     assert largest_difference(engine, model, sources, targets) <= TOLERANCE
+
+
+def test_an_int8_export_leaves_the_model_unchanged(tmp_path, toy_tokenizer):
+    tokenizer, _ = toy_tokenizer
+    model = small_model(tokenizer.vocab_size, seed=5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    export_ctranslate2(model, tokenizer, tmp_path / "ct2", "int8")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_exported_tiny_model_translates_and_scores_as_ours(tiny_run, tmp_path):

@@ -15,6 +15,7 @@ Sources end in EOS in both: CTranslate2 adds it itself (add_source_eos), our sea
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ..core.errors import MhatrainError, require_optional
 from ..data.tokenizer import Tokenizer
 from ..data.tokens import BOS, EOS, UNK
 from ..model.transformer import Transformer
+from .trained import load_run
 
 SPM_FILE = "spm.model"  # the run's SentencePiece model, copied into the exported directory
 QUANTIZATIONS = ("float32", "int8")  # what `export --ctranslate2` writes: as trained, or int8 weights
@@ -71,7 +73,9 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
 
 
 def _tensor(x: torch.Tensor) -> torch.Tensor:
-    return x.detach().float().cpu().contiguous()
+    """A copy: CTranslate2's int8 quantization rewrites the spec's arrays in place (it changed our
+    embeddings when they were shared)."""
+    return x.detach().float().cpu().clone()
 
 
 def _set_side(spec, model: Transformer, final_norm, pre: bool) -> None:
@@ -194,10 +198,6 @@ class Exported:
 def export_run(run_dir: Path, out: Path, quantization: str = "float32") -> Exported:
     """`mhatrain export RUN --ctranslate2 DIR`: the run's best weights into a new (or empty) DIR, loaded
     back once to check that CTranslate2 reads it."""
-    import time
-
-    from .trained import load_run  # loads torch and the model code: only when a run is exported
-
     require_ctranslate2("export --ctranslate2")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
