@@ -468,7 +468,7 @@ BenchPrecision = Annotated[
     typer.Option(
         "--precision",
         help="fp32, bf16, both, or a list such as fp32,int8 (int8: decode only, Linear layers quantized; default: "
-        "both; decode: the config's train.precision, and int8 with a trained model; by default bf16 is "
+        "both; decode: the config's train.precision, and fp32 and int8 with a trained model; by default bf16 is "
         "left out, with a note, on a CPU without native bf16).",
     ),
 ]

@@ -208,8 +208,11 @@ def run(options: BenchOptions, log) -> BenchResult:
     else:
         require_transformers("bench decode --random-weights (its HF generate peer)")
         peers = RANDOM_PEERS
-    default = (inputs.config.train.precision, "int8") if inputs.trained and against is None else None
-    precisions, left_out = options.chosen_precisions(default or (inputs.config.train.precision,), log)
+    # a trained model: fp32 (against CTranslate2 float32), the run's precision and int8 (against its int8)
+    trained = ("fp32", inputs.config.train.precision, "int8") if inputs.trained and against is None else ()
+    precisions, left_out = options.chosen_precisions(
+        tuple(dict.fromkeys(trained)) or (inputs.config.train.precision,), log
+    )
     length = GEN_LEN[options.quick]
     if inputs.trained:
         decode_cfg = inputs.config.decode

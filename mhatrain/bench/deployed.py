@@ -25,7 +25,8 @@ from .report import Check
 from .timing import Step
 
 CT2 = "CTranslate2"
-COMPUTE_TYPES = {"fp32": "float32", "bf16": "int8", "int8": "int8"}  # ours' precision → CTranslate2's fastest match
+# ours' precision → CTranslate2's compute type: float32 for fp32, else its fastest on a CPU, int8
+COMPUTE_TYPES = {"fp32": "float32", "bf16": "int8", "fp16": "int8", "int8": "int8"}
 LOG_PROB_TOLERANCE = 1e-4  # largest |Δ log p| of a token between the two in fp32 (measured: ~1e-6)
 
 
