@@ -24,12 +24,12 @@ from rich.markup import escape
 from typer.core import TyperOption
 
 from .bench import BenchOptions, report_benches
-from .bench.options import BENCHES, DEFAULT_CONFIG, PRECISIONS
+from .bench.options import BENCHES, DECODE_PRECISIONS, DEFAULT_CONFIG, PRECISIONS
 from .bench.options import check_options as check_bench_options
 from .core.config import load_config
 from .core.errors import MhatrainError
 from .core.files import atomic_write_json
-from .core.rundir import CHECKPOINT_FILES
+from .core.rundir import CHECKPOINT_FILES, default_run_dir
 
 app = typer.Typer(
     add_completion=False,
@@ -112,7 +112,7 @@ def train(
     if (keep_batch or new_batch) and not resume:
         raise MhatrainError(f"{'--keep-batch' if keep_batch else '--new-batch'} applies to --resume only")
     cfg = load_config(config, [*(set_ or []), *(["train.tensorboard=true"] if tensorboard else [])])
-    run_dir = out or Path("runs") / config.stem
+    run_dir = out or default_run_dir(config)
     out_console = console if is_main_process() else Console(quiet=True)  # under torchrun, rank 0 speaks for all
     out_console.print(f"run directory: {run_dir}")
     summary = run_training(
@@ -329,12 +329,39 @@ def curves(
 @app.command()
 def export(
     source: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`, or a run directory."),
-    dest: Path = typer.Argument(..., help="New or empty directory to copy the light files into (e.g. results/NAME)."),
+    dest: Path | None = typer.Argument(
+        None, help="New or empty directory to copy the light files into (e.g. results/NAME)."
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Write into a DEST that holds files: replace those the export writes, keep others."
     ),
+    ctranslate2: Path | None = typer.Option(
+        None,
+        "--ctranslate2",
+        metavar="DIR",
+        help="Instead: write the run's best model as a CTranslate2 model directory DIR, with its SentencePiece "
+        "model beside it (needs pip install 'mhatrain[ctranslate2]').",
+    ),
+    int8: bool = typer.Option(False, "--int8", help="With --ctranslate2: store the weights as int8."),
 ):
-    """Copy a study's or a run's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made relative."""
+    """Copy a study's or a run's configs, metrics, evaluations, logs and reports (no checkpoints) with paths made
+    relative; or, with --ctranslate2, export a run's model for CTranslate2."""
+    if ctranslate2 is not None:
+        if dest is not None:
+            raise MhatrainError("export --ctranslate2 DIR writes DIR: give no DEST")
+        from .inference.deployment import export_run
+
+        written = export_run(source, ctranslate2, "int8" if int8 else "float32")
+        console.print(
+            f"export: CTranslate2 model ({written.quantization} weights) written to {written.directory}; "
+            f"CTranslate2 loads it in {written.load_seconds:.2f} s",
+            highlight=False,
+        )
+        return
+    if int8:
+        raise MhatrainError("--int8 applies to export --ctranslate2 only")
+    if dest is None:
+        raise MhatrainError("export needs DEST (a directory to copy the light files into), or --ctranslate2 DIR")
     from .study.export import export as export_files
 
     count, kept = export_files(source, dest, overwrite=overwrite)
@@ -421,7 +448,7 @@ def heads(
 
 
 # ----------------------------------------------------------------------------- bench: its options, then the command
-# Twenty options: declared here as annotated types (typer reads the option from the annotation, the
+# Twenty-one options: declared here as annotated types (typer reads the option from the annotation, the
 # default from the parameter), so that the command's signature and body read at a glance.
 
 BenchNames = Annotated[list[str], typer.Argument(help="attention, train and/or decode (run in that order).")]
@@ -440,7 +467,8 @@ BenchPrecision = Annotated[
     str | None,
     typer.Option(
         "--precision",
-        help="fp32, bf16 or both (default: both; decode: the config's train.precision; by default bf16 is "
+        help="fp32, bf16, both, or a list such as fp32,int8 (int8: decode only, Linear layers quantized; default: "
+        "both; decode: the config's train.precision, and fp32 and int8 with a trained model; by default bf16 is "
         "left out, with a note, on a CPU without native bf16).",
     ),
 ]
@@ -472,7 +500,20 @@ BenchData = Annotated[
     ),
 ]
 BenchCheckpoint = Annotated[
-    Path | None, typer.Option("--checkpoint", help="decode: a run directory whose best weights ours uses.")
+    Path | None,
+    typer.Option(
+        "--checkpoint",
+        help="decode: the trained run whose best weights and decode settings are measured "
+        "(default: runs/<config name>, what mhatrain train makes of --config).",
+    ),
+]
+BenchRandomWeights = Annotated[
+    bool,
+    typer.Option(
+        "--random-weights",
+        help="decode: random weights with every sentence forced to one length, instead of a trained run "
+        "(measures uniform lengths only; --quick implies it).",
+    ),
 ]
 BenchMaxSentences = Annotated[
     int, typer.Option("--max-sentences", min=0, help="decode: the first N test sentences (0 = all).")
@@ -508,6 +549,7 @@ def bench(
     set_: SetOption = None,
     data: BenchData = None,
     checkpoint: BenchCheckpoint = None,
+    random_weights: BenchRandomWeights = False,
     max_sentences: BenchMaxSentences = 0,
     batches: BenchBatches = None,
     against: BenchAgainst = None,
@@ -531,6 +573,7 @@ def bench(
         overrides=tuple(set_ or ()),
         data_dir=data,
         checkpoint=checkpoint,
+        random_weights=random_weights,
         max_sentences=max_sentences,
         batches=batches,
         against=against,
@@ -578,10 +621,16 @@ def parse_bench_names(names: list[str]) -> list[str]:
 
 
 def parse_precision(text: str | None) -> tuple[str, ...] | None:
-    """--precision of the benches: fp32, bf16 or both; None: each bench's default."""
+    """--precision of the benches: fp32, bf16, both, or a comma-separated list of DECODE_PRECISIONS;
+    None: each bench's default."""
     if text is None:
         return None
-    return PRECISIONS if choice(text, "--precision", (*PRECISIONS, "both")) == "both" else (text,)
+    if text == "both":
+        return PRECISIONS
+    items = [item.strip() for item in text.split(",")]
+    for item in items:
+        choice(item, "--precision", (*DECODE_PRECISIONS, "both"))
+    return tuple(dict.fromkeys(items))
 
 
 def parse_device(text: str | None):

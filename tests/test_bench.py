@@ -118,6 +118,7 @@ def test_decode_bench_forces_equal_lengths_and_checks_the_cache():
     assert {r.case for r in result.rows} == {"greedy fp32", "beam 4 fp32"}
     tokens = {row.metrics["tokens_per_sentence"] for row in result.rows}
     assert tokens == {7.0}  # --quick: 6 tokens + EOS for every peer
+    assert any("measures uniform lengths only" in note for note in result.notes)
     assert {(t.case, t.peer) for t in result.targets} == {
         ("beam 4 fp32", "ours, no cache"),
         ("beam 4 fp32", "HF generate"),
@@ -133,17 +134,30 @@ def test_train_bench_on_real_batches_of_the_toy_corpus(spm_cache):
     assert "train" in result.settings["batches"] and "synthetic" not in result.settings["batches"]
 
 
-def test_decode_bench_with_a_trained_run_forces_generate_to_our_lengths(tmp_path, spm_cache):
-    pytest.importorskip("transformers")
+def trained_tiny_run(tmp_path, spm_cache) -> Path:
     run_dir = tmp_path / "run"
-    trained = run_cli(*train_argv(run_dir, "train.max_steps=2", "train.valid_bleu=false", spm_cache=spm_cache))
+    trained = run_cli(*train_argv(run_dir, "train.max_steps=30", "train.valid_bleu=false", spm_cache=spm_cache))
     assert trained.returncode == 0, trained.stderr + trained.stdout
-    options = BenchOptions(checkpoint=run_dir, beams=(4,), max_sentences=6, **ONCE)
+    return run_dir
+
+
+def test_decode_bench_times_ctranslate2_with_our_trained_weights(tmp_path, spm_cache):
+    """The default protocol: a trained run on the real test split, ours against CTranslate2 in fp32 and int8."""
+    pytest.importorskip("ctranslate2")
+    run_dir = trained_tiny_run(tmp_path, spm_cache)
+    options = BenchOptions(checkpoint=run_dir, max_sentences=6, memory=False, repeats=1, warmup=0, threads=1)
     (result,) = run_benches(["decode"], options)
-    assert_consistent(result.to_dict(), {OURS, "ours, no cache", "HF generate"}, "sentences/s")
+    assert_consistent(result.to_dict(), {OURS, "CTranslate2"}, "sentences/s")
+    assert {r.case for r in result.rows} == {"greedy fp32", "greedy int8", "beam 4 fp32", "beam 4 int8"}
     assert result.settings["weights"] == f"trained: {run_dir}"
-    ours = result.row("beam 4 fp32", OURS).metrics["tokens_per_sentence"]
-    assert result.row("beam 4 fp32", "HF generate").metrics["tokens_per_sentence"] >= ours
+    names = " ".join(c.name for c in result.checks)
+    assert "teacher-forced log-probabilities" in names and "comparable tokens per sentence" in names
+    for row in result.rows:
+        assert row.metrics["tokens_per_sentence"] > 1 and row.metrics["bleu"] is not None
+    assert {(t.case, t.peer, t.minimum) for t in result.targets} == {
+        (r.case, "CTranslate2", 0.8 if r.case.endswith("fp32") else 1.0) for r in result.rows
+    }
+    assert not any("uniform lengths" in n for n in result.notes)
 
 
 def test_a_failed_check_fails_the_command_after_writing_the_results(tmp_path, monkeypatch):
@@ -182,13 +196,44 @@ def test_an_unknown_bench_is_a_one_line_error():
             lambda: check_options(["train"], BenchOptions(checkpoint=Path("x")), heads_given=False),
             "--checkpoint applies to",
         ),
-        (lambda: parse_precision("fp16"), "--precision must be fp32, bf16 or both"),
+        (lambda: parse_precision("fp16"), "--precision must be fp32, bf16, int8 or both"),
+        (
+            lambda: check_options(["train"], BenchOptions(precisions=("int8",)), heads_given=False),
+            "--precision int8 applies to `mhatrain bench decode` only",
+        ),
+        (
+            lambda: check_options(["train"], BenchOptions(random_weights=True), heads_given=False),
+            "--random-weights applies to",
+        ),
+        (
+            lambda: check_options(
+                ["decode"], BenchOptions(random_weights=True, checkpoint=Path(".")), heads_given=False
+            ),
+            "--checkpoint and --random-weights exclude each other",
+        ),
     ],
 )
 def test_bad_options_fail_before_measuring(call, fragment):
     with pytest.raises(MhatrainError) as caught:
         call()
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_decode_without_a_trained_run_says_how_to_give_one(tmp_path, monkeypatch):
+    """The default protocol needs a trained model: runs/<config name> when --checkpoint is not given."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MhatrainError) as caught:
+        check_options(["decode"], BenchOptions(config=TINY), heads_given=False)
+    message = str(caught.value)
+    assert "runs/tiny is not a run directory" in message and "--random-weights" in message and "\n" not in message
+    assert parse_precision("fp32,int8") == ("fp32", "int8")
+
+
+def test_missing_ctranslate2_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    (tmp_path / "config.yaml").write_text("")  # a run directory, as far as the options can tell
+    with pytest.raises(MhatrainError, match=r"pip install 'mhatrain\[ctranslate2\]'"):
+        check_options(["decode"], BenchOptions(config=TINY, checkpoint=tmp_path), heads_given=False)
 
 
 def test_missing_transformers_is_a_one_line_error(monkeypatch):

@@ -183,6 +183,26 @@ def test_cache_reorder_then_continue_equals_full_recomputation_on_permuted_batch
     assert_close(torch.cat(steps, dim=1), full[:, 3:], **TOL)
 
 
+def test_reorders_between_two_steps_compose():
+    """The self-attention cache gathers its kept rows when the next position is appended: two reorders in a
+    row (a beam reorder, then dropping rows) act as their composition."""
+    model = small_model()
+    memory, src_mask = encoded_batch(model)
+    tgt = torch.cat([torch.full((3, 1), BOS), tokens(3, 4, seed=21)], dim=1)  # [3, 5]
+    first, second = torch.tensor([1, 1, 0, 2]), torch.tensor([3, 0, 1])
+    rows = first[second]  # [2, 1, 1]
+    with torch.no_grad():
+        cache = model.new_cache(memory, src_mask)
+        for t in range(2):
+            model.decode(tgt[:, t : t + 1], cache.memory, cache.src_mask, cache=cache)
+        cache.reorder(first)
+        cache.reorder(second)
+        kept = tgt.index_select(0, rows)
+        steps = [model.decode(kept[:, t : t + 1], cache.memory, cache.src_mask, cache=cache) for t in range(2, 5)]
+        full = model.decode(kept, memory.index_select(0, rows), src_mask.index_select(0, rows))
+    assert_close(torch.cat(steps, dim=1), full[:, 2:], **TOL)
+
+
 def test_beam_cache_keeps_the_encoder_side_once_per_sentence():
     """Two beams per sentence: the decoder runs 6 rows, cross-attention keys stay at 3 sentences,
     and reordering beams, then dropping a sentence, equals recomputing on the expanded batch."""

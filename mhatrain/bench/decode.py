@@ -1,27 +1,38 @@
 """`mhatrain bench decode`: sentences/s translating the test set, greedy and beam 4.
 
-Peers, same source batches (length-sorted, decode.batch_tokens, as `translate_ids` makes them):
-  ours             mhatrain.inference.search.beam_search with the decoder cache
+Two protocols. The default is a trained model (--checkpoint RUN_DIR, default runs/<config name>)
+translating the real test set with the run's decode settings: its sentences end at different steps,
+as a deployed model's do. Peers, same source batches (length-sorted, decode.batch_tokens, as
+`translate_ids` makes them):
+  ours             mhatrain.inference.search.beam_search with the decoder cache (int8: Linear layers
+                   quantized by torch, inference.quantized)
+  CTranslate2      the C++ deployment engine with our weights, converted in this run (bench/deployed.py):
+                   float32 against ours in fp32, int8 against our int8 and bf16
+Checked before timing: CTranslate2's teacher-forced log-probabilities equal ours (fp32); in each case
+both translate every batch once, and the table gives each one's tokens per sentence and BLEU
+(comparable numbers of tokens are checked in fp32).
+
+--random-weights (and --quick) keeps the earlier protocol: random weights with every sentence
+forced to the same length, which measures uniform lengths only. Peers:
+  ours             as above
   ours, no cache   the same search recomputing the whole prefix each step (use_cache=False)
   HF generate      Hugging Face `generate()` of a MarianMTModel of the same dimensions and beam
-Fair lengths: every peer runs the same number of decoder steps per batch. With random weights
-(the default) no peer can pick EOS (its output row is zero, so its logit 0 is never near the top
-among thousands of random logits): ours stops at a fixed limit of L tokens + EOS
-(decode.max_len_a = 0, max_len_b = L), generate() at max_new_tokens = L + 1 with EOS forced last
-(forced_eos_token_id), so neither pays for a per-step length rule. With --checkpoint ours
-translates with the trained run's weights and decode settings, and generate() is forced to the
-longest translation ours produced in each batch (min_new_tokens, a per-step logits processor).
-Checked before timing (fp32, first batch): cached and uncached search give identical output;
-the peers generate the same number of tokens per sentence.
+No peer can pick EOS (its output row is zero, so its logit 0 is never near the top among thousands
+of random logits): ours stops at a fixed limit of L tokens + EOS (decode.max_len_a = 0,
+max_len_b = L), generate() at max_new_tokens = L + 1 with EOS forced last (forced_eos_token_id).
+Checked before timing (fp32, first batch): cached and uncached search give identical output; the
+peers generate the same number of tokens per sentence.
 
 With `--against CHECKOUT` the peers are ours and that checkout's search with its own model code
 loaded with our weights (an A/B of two versions of this code, see bench/against.py), checked to
-give the same translations on every batch.
+give the same translations on every batch (fp32).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -29,10 +40,15 @@ from ..core.config import Config, DecodeConfig, ModelConfig
 from ..core.runtime import autocast
 from ..data.batches import batch_indices
 from ..data.tokens import EOS, PAD
+from ..inference.deployment import require_ctranslate2
+from ..inference.quantized import quantized_model
+from ..inference.scoring import bleu_score
 from ..inference.search import batch_source_tokens, beam_search
 from ..inference.trained import load_run
 from ..model.transformer import build_model
 from . import against as other
+from . import deployed
+from .deployed import CT2
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
 from .memory import Workload
@@ -42,9 +58,20 @@ from .report import OURS, BenchResult, Check, Target
 from .timing import Step
 
 UNCACHED = "ours, no cache"
-PEERS = (OURS, UNCACHED, "HF generate")
+RANDOM_PEERS = (OURS, UNCACHED, "HF generate")  # --random-weights
+TRAINED_PEERS = (OURS, CT2)  # the default: a trained model
 GEN_LEN = {False: 20, True: 6}  # L, tokens before EOS with random weights: full size, --quick
 QUICK_SENTENCES = 12
+# CTranslate2's tokens per sentence at least 90% of ours: comparable work (fp32). It may generate more: its
+# length limit is one per batch (the longest sentence's), ours one per sentence, so a sentence that runs
+# to its own limit in ours runs on to the batch's in CTranslate2, which then does more work than ours.
+TOKENS_LIKE_OURS = 0.10
+# ours ≥ this × CTranslate2's speed: fp32 against its float32, our fastest mode against its int8 (issue 56)
+CT2_TARGETS = {"fp32": 0.8, "bf16": 1.0, "int8": 1.0}
+UNIFORM_NOTE = (
+    "random weights: every sentence is forced to the same length, so this measures uniform lengths only; "
+    "real translations end at different steps (the default protocol: a trained --checkpoint)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,20 +84,23 @@ class ModelSource:
     overrides: tuple[str, ...] = ()  # --set values for the run's config (decode settings, device)
 
 
-def our_model(source: ModelSource, device, seed: int) -> torch.nn.Module:
+def our_model(source: ModelSource, device, seed: int, precision: str = "fp32") -> torch.nn.Module:
+    """Our model on `device`; int8: its Linear layers quantized (inference.quantized)."""
     if source.run_dir is not None:
-        return load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
-    torch.manual_seed(seed)
-    model = build_model(source.model_cfg, source.vocab_size, PAD).to(device).eval()
-    _never_end(model.output)
-    return model
+        model = load_run(source.run_dir, overrides=source.overrides).model.to(device).eval()
+    else:
+        torch.manual_seed(seed)
+        model = build_model(source.model_cfg, source.vocab_size, PAD).to(device).eval()
+        _never_end(model.output)
+    return quantized_model(model) if precision == "int8" else model
 
 
-def their_search(source: ModelSource, device, seed: int, against: str):
+def their_search(source: ModelSource, device, seed: int, against: str, precision: str = "fp32"):
     """The other checkout's model, loaded with our model's weights, and its beam_search."""
     model = other.peer_model(against, source.model_cfg, source.vocab_size, PAD)
     model.load_state_dict(our_model(source, device, seed).state_dict())
-    return model.to(device).eval(), other.import_role(against, "search").beam_search
+    model = model.to(device).eval()
+    return quantized_model(model) if precision == "int8" else model, other.import_role(against, "search").beam_search
 
 
 def _never_end(output: torch.nn.Linear) -> None:
@@ -93,43 +123,22 @@ def decode_step(
     seed: int,
     compile: bool = False,
     against: str | None = None,
+    engine_dir: str | None = None,
 ) -> Step:
     """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids).
 
-    against: a checkout whose model code and search the peer that is not ours uses."""
+    against: a checkout whose model code and search the peer that is not ours uses. engine_dir: our
+    weights converted for CTranslate2 (its peer)."""
     device = torch.device(device)
+    if peer == CT2:
+        return deployed.engine_step(Path(engine_dir), batches, beam, decode_cfg, precision, device)
     batches = [src.to(device) for src in batches]
     if peer == "HF generate":
-        require_transformers("the HF generate peer")
-        torch.manual_seed(seed)
-        model = marian_model(source.model_cfg, source.vocab_size).to(device).eval()
-        random_weights = source.run_dir is None
-        if random_weights:
-            _never_end(model.get_output_embeddings())
-        if compile:
-            model.forward = torch.compile(model.forward, dynamic=True)
-        search = {"num_beams": beam, "length_penalty": decode_cfg.alpha} if beam > 1 else {"num_beams": 1}
-
-        def step():
-            with autocast(device, precision):
-                return [
-                    model.generate(
-                        input_ids=src,
-                        attention_mask=src != PAD,
-                        do_sample=False,
-                        max_new_tokens=n + 1,
-                        **({} if random_weights else {"min_new_tokens": n}),
-                        **search,
-                    )
-                    for src, n in zip(batches, forced)
-                ]
-
-        return step
-
+        return _generate_step(source, batches, forced, beam, decode_cfg, precision, device, seed, compile)
     if against is not None and peer != OURS:
-        model, search = their_search(source, device, seed, against)
+        model, search = their_search(source, device, seed, against, precision)
     else:
-        model, search = our_model(source, device, seed), beam_search
+        model, search = our_model(source, device, seed, precision), beam_search
     if compile:
         model.encode = torch.compile(model.encode, dynamic=True)
         model.decode = torch.compile(model.decode, dynamic=True)
@@ -142,6 +151,28 @@ def decode_step(
     return step
 
 
+def _generate_step(source: ModelSource, batches, forced, beam, decode_cfg, precision, device, seed, compile) -> Step:
+    """Hugging Face generate() of a MarianMT model of our dimensions (random weights, forced lengths)."""
+    require_transformers("the HF generate peer")
+    torch.manual_seed(seed)
+    model = marian_model(source.model_cfg, source.vocab_size).to(device).eval()
+    _never_end(model.get_output_embeddings())
+    if compile:
+        model.forward = torch.compile(model.forward, dynamic=True)
+    search = {"num_beams": beam, "length_penalty": decode_cfg.alpha} if beam > 1 else {"num_beams": 1}
+
+    def step():
+        with autocast(device, precision):
+            return [
+                model.generate(
+                    input_ids=src, attention_mask=src != PAD, do_sample=False, max_new_tokens=n + 1, **search
+                )
+                for src, n in zip(batches, forced)
+            ]
+
+    return step
+
+
 def generated_tokens(peer: str, output) -> list[int]:
     """Tokens generated per sentence, EOS included."""
     if peer == "HF generate":
@@ -149,74 +180,124 @@ def generated_tokens(peer: str, output) -> list[int]:
     return [len(hyp) + 1 for hyp in output]
 
 
+@dataclasses.dataclass
+class Inputs:
+    """What the bench decodes, and with what."""
+
+    config: Config
+    source: ModelSource
+    sentences: list[list[int]]  # source token ids
+    references: list[str] | None  # the test split's references (None: synthetic sources)
+    tokenizer: object | None
+    where: str  # where the sentences came from, for the report
+
+    @property
+    def trained(self) -> bool:
+        return self.source.run_dir is not None
+
+
 def run(options: BenchOptions, log) -> BenchResult:
     """Time every peer's search on the same sentences, for each beam size and precision."""
+    inputs = _inputs(options, log)
     against = str(options.against) if options.against is not None else None
-    if against is None:
-        require_transformers("bench decode (its HF generate peer)")
-    peers = (OURS, other.label(options.against)) if against is not None else PEERS
-    config, source, sources, where = _inputs(options, log)
-    precisions, left_out = options.chosen_precisions((config.train.precision,), log)
-    length = GEN_LEN[options.quick]
-    if source.run_dir is None:  # random weights: every sentence is decoded to a fixed length
-        decode_cfg = dataclasses.replace(config.decode, max_len_a=0.0, max_len_b=length)
+    if against is not None:
+        peers = (OURS, other.label(options.against))
+    elif inputs.trained:
+        require_ctranslate2("bench decode (its CTranslate2 peer)")
+        peers = TRAINED_PEERS
     else:
-        decode_cfg = config.decode
-    result = _new_result(options, config, source, f"{len(sources)} from {where}", precisions, length, against)
-    if left_out:
-        result.notes.append(left_out)
-    for beam in options.beams:
-        # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
-        order = batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
-        batches = [pad_sources([sources[i] for i in indices]) for indices in order]
-        if against is not None:
-            forced = [length] * len(batches)  # no generate() peer to force
-            check, per_sentence = _check_against(
-                source, batches, beam, decode_cfg, options.device, options.seed, against, peers[1]
-            )
-        else:
-            forced = _forced_lengths(source, batches, beam, decode_cfg, length, options.device, options.seed)
-            check, per_sentence = _check(source, batches[0], forced[0], beam, decode_cfg, options.device, options.seed)
-        result.checks += check
-        for precision in precisions:
-            case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
-            log(f"bench decode: {case}")
-            measured = _measure_case(options, source, batches, forced, beam, decode_cfg, precision, peers, against)
-            result.notes += [f"{case} {problem}" for problem in measured.problems]
-            metrics = {peer: {"tokens_per_sentence": per_sentence[peer]} for peer in peers}
-            result.add_case(
-                case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics
-            )
-            if beam == 4 and against is None:
-                result.targets += [
-                    Target(case, UNCACHED, "ratio", 3.0, "ours ≥ 3×"),
-                    Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×"),
-                ]
-            elif beam == 1 and against is None:  # issue 14
-                result.targets.append(Target(case, "HF generate", "ratio", 1.3, "ours ≥ 1.3×"))
-    result.notes.append("peak memory: decoding the batch with the most source cells; tokens/sent. from the first batch")
+        require_transformers("bench decode --random-weights (its HF generate peer)")
+        peers = RANDOM_PEERS
+    # a trained model: fp32 (against CTranslate2 float32), the run's precision and int8 (against its int8)
+    trained = ("fp32", inputs.config.train.precision, "int8") if inputs.trained and against is None else ()
+    precisions, left_out = options.chosen_precisions(
+        tuple(dict.fromkeys(trained)) or (inputs.config.train.precision,), log
+    )
+    length = GEN_LEN[options.quick]
+    if inputs.trained:
+        decode_cfg = inputs.config.decode
+    else:  # random weights: every sentence is decoded to a fixed length
+        decode_cfg = dataclasses.replace(inputs.config.decode, max_len_a=0.0, max_len_b=length)
+    result = _new_result(options, inputs, precisions, length, against)
+    result.notes += [left_out] if left_out else []
+    with tempfile.TemporaryDirectory(prefix="mhatrain-ct2-") as scratch:
+        engine_dir = None
+        if peers == TRAINED_PEERS:
+            log("bench decode: converting our weights for CTranslate2")
+            model = our_model(inputs.source, "cpu", options.seed)
+            engine_dir = str(deployed.convert(model, inputs.tokenizer, Path(scratch) / "ct2"))
+        for beam in options.beams:
+            _run_beam(options, inputs, result, peers, beam, decode_cfg, precisions, length, against, engine_dir, log)
+    result.notes.append("peak memory: decoding the batch with the most source cells")
     result.judge()
     return result
 
 
-def _new_result(
-    options: BenchOptions, config: Config, source: ModelSource, sentences: str, precisions, length, against
-):
+def _run_beam(options, inputs: Inputs, result, peers, beam, decode_cfg, precisions, length, against, engine_dir, log):
+    """Every precision's case of one beam size: checks, then the peers timed."""
+    sources = inputs.sentences
+    # the batches decode.translate_ids makes: length-sorted, within its budget of source tokens
+    order = batch_indices([len(s) + 1 for s in sources], batch_source_tokens(decode_cfg, beam))
+    batches = [pad_sources([sources[i] for i in indices]) for indices in order]
+    forced = [length] * len(batches)  # generate()'s tokens per batch (random weights only)
+    common = dict(beam=beam, decode_cfg=decode_cfg, device=options.device, seed=options.seed)
+    if against is not None:
+        check, metrics = _check_against(inputs.source, batches, against=against, name=peers[1], **common)
+    elif engine_dir is not None:
+        check, metrics = [], {}
+        if beam == options.beams[0]:
+            first = decode_step(OURS, inputs.source, batches[:1], forced, precision="fp32", **common)()[0]
+            check.append(
+                deployed.log_prob_check(
+                    our_model(inputs.source, "cpu", options.seed), Path(engine_dir), batches[0], first
+                )
+            )
+    else:
+        check, metrics = _check(inputs.source, batches[0], forced[0], **common)
+    result.checks += check
+    for precision in precisions:
+        case = f"{'greedy' if beam == 1 else f'beam {beam}'} {precision}"
+        log(f"bench decode: {case}")
+        if engine_dir is not None:
+            case_checks, metrics = _check_trained(inputs, batches, order, precision, engine_dir, **common)
+            result.checks += case_checks
+        measured = _measure_case(
+            options, inputs.source, batches, forced, beam, decode_cfg, precision, peers, against, engine_dir
+        )
+        result.notes += [f"{case} {problem}" for problem in measured.problems]
+        result.add_case(case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics)
+        result.targets += _targets(case, beam, precision, peers)
+
+
+def _targets(case: str, beam: int, precision: str, peers) -> list[Target]:
+    if peers == TRAINED_PEERS:
+        minimum = CT2_TARGETS[precision]
+        return [Target(case, CT2, "ratio", minimum, f"ours ≥ {minimum:g}× {CT2}")]
+    if peers != RANDOM_PEERS:
+        return []  # an A/B of two versions has no target
+    if beam == 4:
+        return [
+            Target(case, UNCACHED, "ratio", 3.0, "ours ≥ 3×"),
+            Target(case, "HF generate", "ratio", 1.5, "ours ≥ 1.5×"),
+        ]
+    return [Target(case, "HF generate", "ratio", 1.3, "ours ≥ 1.3×")] if beam == 1 else []  # issue 14
+
+
+def _new_result(options: BenchOptions, inputs: Inputs, precisions, length, against) -> BenchResult:
     """The bench's result with its settings: the model, its weights, the sentences, how it was measured."""
-    m = config.model
-    random_weights = source.run_dir is None
-    if random_weights:
+    m = inputs.config.model
+    if not inputs.trained:
         generated = f"{length} + EOS per sentence"
     else:
-        generated = "each search's own" if against is not None else "ours' own; generate() forced to match"
+        generated = "each search's own (the run's decode settings)"
     repeats, warmup = options.repetitions("decode")
     result = BenchResult(
         "decode",
         {
             "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
-            f"vocab {source.vocab_size}",
-            "weights": "random (lengths forced)" if random_weights else f"trained: {source.run_dir}",
-            "sentences": sentences,
+            f"{m.norm}-norm, vocab {inputs.source.vocab_size}",
+            "weights": f"trained: {inputs.source.run_dir}" if inputs.trained else "random (lengths forced)",
+            "sentences": f"{len(inputs.sentences)} from {inputs.where}",
             "beams": list(options.beams),
             "generated_tokens": generated,
             "precisions": list(precisions),
@@ -225,14 +306,19 @@ def _new_result(
             "compile": options.compile,
             "device": str(options.device),
         },
-        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"),),
+        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"), ("bleu", "BLEU", ".2f")),
     )
+    if inputs.trained:
+        d = inputs.config.decode
+        result.settings["decode"] = f"alpha {d.alpha}, max_len_a {d.max_len_a}, max_len_b {d.max_len_b}"
+    else:
+        result.notes.append(UNIFORM_NOTE)
     if against is not None:
         result.settings["against"] = against
     return result
 
 
-def _measure_case(options, source, batches, forced, beam: int, decode_cfg, precision: str, peers, against):
+def _measure_case(options, source, batches, forced, beam: int, decode_cfg, precision: str, peers, against, engine_dir):
     """Every peer's search of all batches, timed alternately; peak memory on the batch with the most cells."""
     common = dict(
         source=source,
@@ -244,12 +330,14 @@ def _measure_case(options, source, batches, forced, beam: int, decode_cfg, preci
     )
     if against is not None:
         common["against"] = against
+    if engine_dir is not None:
+        common["engine_dir"] = engine_dir
     workloads = {
         peer: Workload(
             __name__,
             "decode_step",
             dict(peer=peer, batches=batches, forced=forced, **common),
-            imports=("transformers",) if peer == "HF generate" else (),
+            imports=("transformers",) if peer == "HF generate" else ("ctranslate2",) if peer == CT2 else (),
         )
         for peer in peers
     }
@@ -262,34 +350,59 @@ def _measure_case(options, source, batches, forced, beam: int, decode_cfg, preci
     return measure_peers(workloads, options, repeats, warmup, memory_workloads=one_batch)
 
 
-def _inputs(options: BenchOptions, log) -> tuple[Config, ModelSource, list[list[int]], str]:
-    """The config, our model's source, and the source sentences' token ids."""
+def _inputs(options: BenchOptions, log) -> Inputs:
+    """The config, our model's source, the source sentences' token ids and their references."""
     n = options.max_sentences or (QUICK_SENTENCES if options.quick else 0)
-    if options.checkpoint is not None:
-        run = load_run(options.checkpoint, overrides=options.overrides)
+    checkpoint = options.decode_checkpoint()
+    if checkpoint is not None:
+        threads = (f"train.threads={options.threads}",) if options.threads else ()
+        overrides = (*options.overrides, *threads)  # the bench's threads, not the ones the run trained on
+        run = load_run(checkpoint, overrides=overrides)
         config = run.config
-        source = ModelSource(config.model, run.tokenizer.vocab_size, str(options.checkpoint), options.overrides)
-        sources, where = test_sources(options, config, run.tokenizer, n, log)
-        return config, source, sources, where
+        source = ModelSource(config.model, run.tokenizer.vocab_size, str(checkpoint), overrides)
+        sources, where, references = test_sources(options, config, run.tokenizer, n, log)
+        return Inputs(config, source, sources, references, run.tokenizer, where)
     config = bench_config(options)
     directory = data_dir(options, config)
     tokenizer = load_tokenizer(config, directory, log) if directory is not None else None
     vocab = tokenizer.vocab_size if tokenizer is not None else config.data.vocab_size
-    sources, where = test_sources(options, config, tokenizer, n, log)
-    return config, ModelSource(config.model, vocab), sources, where
+    sources, where, _ = test_sources(options, config, tokenizer, n, log)
+    return Inputs(config, ModelSource(config.model, vocab), sources, None, None, where)
 
 
-def _forced_lengths(source: ModelSource, batches, beam, decode_cfg, length, device, seed) -> list[int]:
-    """Tokens before EOS that generate() must produce per batch: L, or the longest of ours' translations."""
-    if source.run_dir is None:
-        return [length] * len(batches)
-    outputs = decode_step(OURS, source, batches, [0] * len(batches), beam, decode_cfg, "fp32", device, seed)()
-    return [max(len(hyp) for hyp in hyps) for hyps in outputs]
+def _check_trained(
+    inputs: Inputs, batches, order, precision: str, engine_dir: str, **common
+) -> tuple[list[Check], dict]:
+    """Both peers translate every batch once in `precision`: tokens per sentence and BLEU of each; in
+    fp32, CTranslate2 generates about as many tokens per sentence as ours (comparable work)."""
+    metrics = {}
+    for peer in TRAINED_PEERS:
+        outputs = decode_step(
+            peer, inputs.source, batches, [0] * len(batches), precision=precision, engine_dir=engine_dir, **common
+        )()
+        hyps: list[list[int]] = [[] for _ in inputs.sentences]
+        for indices, batch_hyps in zip(order, outputs):
+            for i, hyp in zip(indices, batch_hyps):
+                hyps[i] = hyp
+        tokens = sum(len(h) + 1 for h in hyps) / len(hyps)
+        bleu = bleu_score(inputs.tokenizer.decode(hyps), inputs.references)[0] if inputs.references else None
+        metrics[peer] = {"tokens_per_sentence": tokens, "bleu": bleu}
+    if precision != "fp32":
+        return [], metrics
+    ours, theirs = metrics[OURS]["tokens_per_sentence"], metrics[CT2]["tokens_per_sentence"]
+    label = "greedy" if common["beam"] == 1 else f"beam {common['beam']}"
+    check = Check(
+        f"{label}: {CT2} float32 generates comparable tokens per sentence (no fewer than "
+        f"{1 - TOKENS_LIKE_OURS:.0%} of ours, fp32, every batch; more only makes the ratio conservative)",
+        theirs >= (1 - TOKENS_LIKE_OURS) * ours,
+        f"ours {ours:.2f}, {CT2} {theirs:.2f}",
+    )
+    return [check], metrics
 
 
 def _check_against(
     source: ModelSource, batches, beam, decode_cfg, device, seed, against: str, name: str
-) -> tuple[list[Check], dict[str, float]]:
+) -> tuple[list[Check], dict[str, dict]]:
     """In fp32, on every batch: the other checkout's search gives our translations."""
     outputs = {
         peer: [
@@ -308,14 +421,16 @@ def _check_against(
         ours == theirs,
         f"{sum(a == b for a, b in zip(ours, theirs))}/{len(ours)} identical",
     )
-    per_sentence = {peer: sum(len(h) + 1 for h in out) / len(out) for peer, out in outputs.items()}
-    return [check], per_sentence
+    metrics = {peer: {"tokens_per_sentence": sum(len(h) + 1 for h in out) / len(out)} for peer, out in outputs.items()}
+    return [check], metrics
 
 
-def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tuple[list[Check], dict[str, float]]:
-    """On one batch in fp32: cached = uncached output; every peer generates the same tokens per sentence."""
+def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tuple[list[Check], dict[str, dict]]:
+    """On one batch in fp32 (random weights): cached = uncached output; every peer generates the same
+    tokens per sentence."""
     outputs = {
-        peer: decode_step(peer, source, [batch], [n], beam, decode_cfg, "fp32", device, seed)()[0] for peer in PEERS
+        peer: decode_step(peer, source, [batch], [n], beam, decode_cfg, "fp32", device, seed)()[0]
+        for peer in RANDOM_PEERS
     }
     tokens = {peer: generated_tokens(peer, out) for peer, out in outputs.items()}
     per_sentence = {peer: sum(t) / len(t) for peer, t in tokens.items()}
@@ -325,16 +440,12 @@ def _check(source: ModelSource, batch, n, beam, decode_cfg, device, seed) -> tup
         Check(
             f"{label}: cached and uncached search give the same translations (fp32, first batch)",
             same,
-            f"{sum(a == b for a, b in zip(outputs[OURS], outputs['ours, no cache']))}/{batch.size(0)} identical",
-        )
+            f"{sum(a == b for a, b in zip(outputs[OURS], outputs[UNCACHED]))}/{batch.size(0)} identical",
+        ),
+        Check(
+            f"{label}: every peer generates the same tokens per sentence (first batch)",
+            all(t == tokens[OURS] for t in tokens.values()),
+            ", ".join(f"{peer} {v:.1f}" for peer, v in per_sentence.items()),
+        ),
     ]
-    if source.run_dir is None:
-        equal = all(t == tokens[OURS] for t in tokens.values())
-        checks.append(
-            Check(
-                f"{label}: every peer generates the same tokens per sentence (first batch)",
-                equal,
-                ", ".join(f"{peer} {v:.1f}" for peer, v in per_sentence.items()),
-            )
-        )
-    return checks, per_sentence
+    return checks, {peer: {"tokens_per_sentence": v} for peer, v in per_sentence.items()}

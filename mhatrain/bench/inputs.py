@@ -97,16 +97,18 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int) -> Encoded:
 
 def test_sources(
     options: BenchOptions, config: Config, tokenizer: Tokenizer | None, n: int, log
-) -> tuple[list[list[int]], str]:
+) -> tuple[list[list[int]], str, list[str] | None]:
     """Token ids of the test split (config's data.test_split, test_2016_flickr for Multi30k) or
-    synthetic sources; at most `n` sentences (0 = all)."""
+    synthetic sources, at most `n` sentences (0 = all); where they came from; their references
+    (None for synthetic sources)."""
     directory = data_dir(options, config)
     if directory is None or tokenizer is None:
         sources = synthetic_pairs(n or 1000, config.data.vocab_size, options.seed).src
-        return sources, "synthetic Multi30k-like lengths"
+        return sources, "synthetic Multi30k-like lengths", None
     corpus = load_split(_with_local_dir(config, directory).data, config.data.test_split)
     texts = corpus.src[:n] if n else corpus.src
-    return tokenizer.encode(texts), f"{corpus.name} ({len(texts)} sentences)"
+    references = corpus.tgt[: len(texts)]
+    return tokenizer.encode(texts), f"{corpus.name} ({len(texts)} sentences)", references
 
 
 def pad_sources(sources: list[list[int]]) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..core.config import heads_divide, load_config
 from ..core.errors import MhatrainError
-from ..core.rundir import is_run_dir
+from ..core.rundir import default_run_dir, is_run_dir
 from .against import check_checkout
 
 if TYPE_CHECKING:  # torch is imported when a bench runs, so that option errors come at once
@@ -22,7 +22,8 @@ BENCHES = ("attention", "train", "decode")
 # --config's default: the Multi30k config of a source checkout, relative to the current directory (as
 # `mhatrain train`'s runs/); an installed package has none, and then --config is needed.
 DEFAULT_CONFIG = Path("configs") / "multi30k.yaml"
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16")  # what every bench measures; decode also int8 (DECODE_PRECISIONS)
+DECODE_PRECISIONS = (*PRECISIONS, "int8")  # int8: Linear layers quantized (ours: torch's dynamic quantization)
 QUICK_D_MODEL = 64  # --quick: the width of the attention layer and of the train/decode models
 
 # bench: (repeats, warm-up rounds), full size and --quick
@@ -44,7 +45,8 @@ class BenchOptions:
     config: Path = DEFAULT_CONFIG
     overrides: tuple[str, ...] = ()  # --set section.key=value, applied to the config
     data_dir: Path | None = None  # None: the config's data.local_dir, else synthetic input
-    checkpoint: Path | None = None  # decode: a run directory for ours
+    checkpoint: Path | None = None  # decode: a run directory for ours (None: the config's default run)
+    random_weights: bool = False  # decode: random weights, every sentence forced to one length (--quick implies it)
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
     against: Path | None = None  # train, decode: another checkout whose step or search is the only peer (an A/B)
@@ -58,6 +60,21 @@ class BenchOptions:
                 f"pass --config FILE"
             )
         return load_config(self.config, self.overrides, check_paths=False)
+
+    def decode_checkpoint(self) -> Path | None:
+        """The trained run `bench decode` measures: --checkpoint, else the run `mhatrain train --config`
+        writes by default (runs/<config name>); None with --random-weights or --quick."""
+        if self.checkpoint is not None:
+            return Path(self.checkpoint)
+        if self.random_weights or self.quick:
+            return None
+        run = default_run_dir(self.config)
+        if not is_run_dir(run):
+            raise MhatrainError(
+                f"bench decode measures a trained model, and {run} is not a run directory: pass --checkpoint "
+                f"RUN_DIR (made by mhatrain train), or --random-weights to time random weights at uniform lengths"
+            )
+        return run
 
     def chosen_precisions(self, default: tuple[str, ...], log) -> tuple[tuple[str, ...], str | None]:
         """The precisions a bench measures, and a note on what it left out: --precision's as given; else
@@ -100,11 +117,18 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
     """Fail in one line, before anything is measured, on options that cannot work."""
     if heads_given and "attention" not in names:
         raise MhatrainError("--heads applies to `mhatrain bench attention` only")
-    if options.checkpoint is not None:
+    if options.checkpoint is not None or options.random_weights:
+        option = "--checkpoint" if options.checkpoint is not None else "--random-weights"
         if "decode" not in names:
-            raise MhatrainError("--checkpoint applies to `mhatrain bench decode` only")
-        if not is_run_dir(Path(options.checkpoint)):
+            raise MhatrainError(f"{option} applies to `mhatrain bench decode` only")
+        if options.checkpoint is not None and options.random_weights:
+            raise MhatrainError(
+                "--checkpoint and --random-weights exclude each other: a trained model, or random weights"
+            )
+        if options.checkpoint is not None and not is_run_dir(Path(options.checkpoint)):
             raise MhatrainError(f"--checkpoint {options.checkpoint}: not a run directory (no config.yaml)")
+    if "int8" in (options.precisions or ()) and names != ["decode"]:
+        raise MhatrainError("--precision int8 applies to `mhatrain bench decode` only")
     if options.against is not None:
         if names not in (["train"], ["decode"]):
             raise MhatrainError("--against applies to one bench, `mhatrain bench train` or `mhatrain bench decode`")
@@ -112,7 +136,14 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
     config = options.load_config()
     if "attention" in names:
         check_heads(options.heads, QUICK_D_MODEL if options.quick else config.model.d_model)
-    needs_transformers = [n for n in names if n in ("decode", "train") and options.against is None]
+    if "decode" in names and options.against is None and options.decode_checkpoint() is not None:
+        from ..inference.deployment import require_ctranslate2  # imports torch: only once the options are known good
+
+        require_ctranslate2("bench decode (its CTranslate2 peer; --random-weights needs no engine)")
+    random_decode = "decode" in names and options.decode_checkpoint() is None
+    needs_transformers = [
+        n for n in names if (n == "train" or (n == "decode" and random_decode)) and options.against is None
+    ]
     if needs_transformers:
         from .peers import require_transformers  # imports torch: only once the options are known good
 

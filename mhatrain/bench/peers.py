@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..core.config import ModelConfig
-from ..core.errors import MhatrainError
+from ..core.errors import require_optional
 from ..data.tokens import BOS, EOS, PAD
 from ..model.attention import MultiHeadAttention
 from ..model.transformer import Transformer, sinusoidal_positions
@@ -180,14 +180,7 @@ def _copy_ffn(theirs: nn.Module, mine: nn.Module) -> None:
 
 def require_transformers(why: str):
     """Import Hugging Face transformers, or fail with one line saying how to install it."""
-    try:
-        import transformers
-    except ImportError:
-        raise MhatrainError(
-            f"{why} needs Hugging Face transformers, which is not installed: "
-            f"pip install 'mhatrain[bench]' (or pip install 'transformers>=4.40')"
-        ) from None
-    return transformers
+    return require_optional("transformers", "Hugging Face transformers", "bench", "transformers>=4.40", why)
 
 
 def marian_config(cfg: ModelConfig, vocab_size: int):

@@ -20,6 +20,12 @@ from pathlib import Path
 from .files import read_json
 
 CONFIG_FILE = "config.yaml"
+RUNS_DIR = "runs"  # where `mhatrain train CONFIG` puts its run without --out: runs/<config name>
+
+
+def default_run_dir(config: Path) -> Path:
+    """The run directory `mhatrain train CONFIG` writes without --out (relative to the current directory)."""
+    return Path(RUNS_DIR) / Path(config).stem
 
 
 TOKENIZER_FILE = "spm.model"

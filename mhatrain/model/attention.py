@@ -145,12 +145,17 @@ class KVCache:
     encoder output (`static`). Tensors are [B, H, T, Dh]. `group`: query rows per cached row. In
     beam search the beams of a sentence are `group` consecutive query rows that share its encoder
     keys/values, which are then computed, stored and read once per sentence, not once per beam.
+
+    A self-attention cache is reordered lazily: `reorder` records the rows to keep, and the next
+    `append` gathers them straight into the new, longer tensor. One copy of the cache per step
+    instead of two (a gather, then a concatenation).
     """
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
     static: bool = False
     group: int = 1
+    rows: torch.Tensor | None = None  # self-attention: the rows `append` keeps, in order (None: all)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Self-attention: add the new positions' keys and values ([B, H, Tk_new, Dh]); returns all so far.
@@ -158,15 +163,30 @@ class KVCache:
         A new contiguous tensor each step: the attention product over a slice of a preallocated
         buffer (strided rows) cost more than this copy saved (see docs/performance.md)."""
         if self.k is not None:
-            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)  # [B, H, Tk_past + Tk_new, Dh]
-        self.k, self.v = k, v
+            k, v = self._grown(self.k, k), self._grown(self.v, v)  # [B, H, Tk_past + Tk_new, Dh]
+        self.k, self.v, self.rows = k, v, None
         return k, v
+
+    def _grown(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """[rows of past, then new] along the positions, gathered and written in one pass."""
+        t = past.size(2)
+        out = past.new_empty(new.size(0), past.size(1), t + new.size(2), past.size(3))
+        out[:, :, t:] = new
+        if self.rows is None:
+            out[:, :, :t] = past
+        else:
+            torch.index_select(past, 0, self.rows, out=out[:, :, :t])
+        return out
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows `index` (in that order): beam search reordering and pruning."""
-        if self.k is not None:
+        if self.k is None:
+            return
+        if self.static:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
+        else:
+            self.rows = index if self.rows is None else self.rows[index]
 
 
 class MultiHeadAttention(nn.Module):
