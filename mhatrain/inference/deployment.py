@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.config import DecodeConfig, head_size
+from ..core.config import DecodeConfig
 from ..core.errors import MhatrainError, require_optional
 from ..data.tokenizer import Tokenizer
 from ..data.tokens import BOS, EOS, UNK
+from ..model.sizes import head_size
 from ..model.transformer import Transformer
 from .trained import load_run
 
@@ -45,6 +46,7 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
 
     cfg = model.cfg
     head_dim = None if cfg.d_head is None else head_size(cfg.d_model, cfg.n_heads, cfg.d_head)
+    heads = cfg.n_heads  # every layer's, in CTranslate2: a pruned layer's missing heads are zero heads
     pre = cfg.norm == "pre"
     spec = ts.TransformerSpec(
         ts.TransformerEncoderSpec(cfg.n_encoder_layers, cfg.n_heads, pre_norm=pre, head_dim=head_dim),
@@ -56,11 +58,11 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
     spec.decoder.embeddings.weight = _tensor(model.embed.weight)
     spec.decoder.projection.weight = _tensor(model.output.weight)
     for encoder_layer, spec_layer in zip(model.encoder, spec.encoder.layer):
-        _set_attention(spec_layer.self_attention, encoder_layer.self_attn, encoder_layer.res_attn.norm, fused=3)
+        _set_attention(spec_layer.self_attention, encoder_layer.self_attn, encoder_layer.res_attn.norm, 3, heads)
         _set_ffn(spec_layer.ffn, encoder_layer.ffn, encoder_layer.res_ffn.norm)
     for decoder_layer, spec_layer in zip(model.decoder, spec.decoder.layer):
-        _set_attention(spec_layer.self_attention, decoder_layer.self_attn, decoder_layer.res_self.norm, fused=3)
-        _set_attention(spec_layer.attention, decoder_layer.cross_attn, decoder_layer.res_cross.norm, fused=2)
+        _set_attention(spec_layer.self_attention, decoder_layer.self_attn, decoder_layer.res_self.norm, 3, heads)
+        _set_attention(spec_layer.attention, decoder_layer.cross_attn, decoder_layer.res_cross.norm, 2, heads)
         _set_ffn(spec_layer.ffn, decoder_layer.ffn, decoder_layer.res_ffn.norm)
     pieces = tokenizer.pieces(list(range(tokenizer.vocab_size)))
     spec.register_source_vocabulary(pieces)
@@ -89,22 +91,36 @@ def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _tensor(norm.weight), _tensor(norm.bias)
 
 
-def _set_linear(spec, *linears: torch.nn.Linear) -> None:
-    """One Linear, or several stacked by rows (fused projections)."""
-    spec.weight = torch.cat([_tensor(m.weight) for m in linears])
+def _set_linear(spec, *linears: torch.nn.Linear, rows: int | None = None, columns: int | None = None) -> None:
+    """One Linear, or several stacked by rows (fused projections); each padded with zero rows to `rows` or
+    zero columns to `columns` (a pruned layer's missing heads: see _set_attention)."""
+    spec.weight = torch.cat([_padded(_tensor(m.weight), rows, columns) for m in linears])
     if linears[0].bias is not None:
-        spec.bias = torch.cat([_tensor(m.bias) for m in linears])
+        spec.bias = torch.cat([_padded(_tensor(m.bias), rows, None) for m in linears])
 
 
-def _set_attention(spec, attention, norm, fused: int) -> None:
-    """fused=3: self-attention, [W_Q; W_K; W_V] then W_O; fused=2: cross-attention, W_Q, [W_K; W_V], W_O."""
+def _padded(x: torch.Tensor, rows: int | None, columns: int | None) -> torch.Tensor:
+    if rows is not None and x.shape[0] < rows:
+        x = torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])
+    if columns is not None and x.shape[1] < columns:
+        x = torch.cat([x, x.new_zeros((x.shape[0], columns - x.shape[1]))], dim=1)
+    return x
+
+
+def _set_attention(spec, attention, norm, fused: int, heads: int) -> None:
+    """fused=3: self-attention, [W_Q; W_K; W_V] then W_O; fused=2: cross-attention, W_Q, [W_K; W_V], W_O.
+
+    CTranslate2 holds one head count for every layer. A pruned layer with fewer heads gets zero heads up to
+    `heads`: zero rows of W_Q, W_K, W_V and zero columns of W_O, so each added head's output is 0 and the
+    layer computes what ours does."""
     _set_norm(spec.layer_norm, norm)
+    inner = heads * attention.d_head
     if fused == 3:
-        _set_linear(spec.linear[0], attention.w_q, attention.w_k, attention.w_v)
+        _set_linear(spec.linear[0], attention.w_q, attention.w_k, attention.w_v, rows=inner)
     else:
-        _set_linear(spec.linear[0], attention.w_q)
-        _set_linear(spec.linear[1], attention.w_k, attention.w_v)
-    _set_linear(spec.linear[-1], attention.w_o)
+        _set_linear(spec.linear[0], attention.w_q, rows=inner)
+        _set_linear(spec.linear[1], attention.w_k, attention.w_v, rows=inner)
+    _set_linear(spec.linear[-1], attention.w_o, columns=inner)
 
 
 def _set_ffn(spec, ffn, norm) -> None:
