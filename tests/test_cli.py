@@ -69,10 +69,21 @@ def test_bad_input_gives_one_line_and_exit_2(args, fragments):
     assert_clean_error(run_cli(*args), *fragments)
 
 
-def test_translate_rejects_empty_input(tiny_run):
+def test_translate_rejects_empty_arguments_and_overlong_input(tiny_run):
     assert_clean_error(run_cli("translate", str(tiny_run), "  "), "argument 1: empty input")
-    assert_clean_error(run_cli("translate", str(tiny_run), stdin="The cat.\n\n"), "stdin line 2: empty input")
     assert_clean_error(run_cli("translate", str(tiny_run), "x" * 20_000), "over the limit")
+
+
+def test_blank_stdin_lines_give_blank_output_lines_and_the_rest_is_translated(tiny_run):
+    """A file with empty lines is normal input: one output line per input line, as fairseq-interactive and Marian."""
+    sentences = ["The red car.", "The hat."]
+    result = run_cli("translate", str(tiny_run), stdin="The red car.\n\nThe hat.\n  \n\n")
+    assert result.returncode == 0, result.stderr
+    first, second = library_translations(tiny_run, sentences)
+    assert result.stdout.split("\n") == [first, "", second, "", "", ""]
+    assert result.stderr == ""
+    only_blank = run_cli("translate", str(tiny_run), stdin="\n\n")
+    assert (only_blank.returncode, only_blank.stdout) == (0, "\n\n")
 
 
 def test_eval_unknown_split_is_a_clean_error(tiny_run):
