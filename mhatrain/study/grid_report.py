@@ -14,7 +14,6 @@ A study varied over other settings has one such grid per cell (regimes.py).
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..core import provenance
@@ -47,7 +46,6 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     notes += _settings_notes(study_dir, runs)
     return {
         "study_dir": study_dir.name,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "grid": grid,
         "baseline_heads": BASELINE_HEADS,
         "runs_done": sum(r.status == "done" for r in runs),

@@ -22,7 +22,6 @@ import csv
 import io
 import statistics
 import textwrap
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -154,7 +153,6 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
     rows = [row for cell, sub in cell_reports.items() for row in _map_rows(cell, sub, baseline, base)]
     return {
         "study_dir": study_dir.name,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "factors": record.get("factors") or {},
         "heads": heads,
         "seeds": record.get("seeds") or sorted({run["seed"] for sub in cell_reports.values() for run in sub["runs"]}),
