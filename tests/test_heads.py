@@ -345,6 +345,19 @@ def test_attention_command_writes_grids_maps_and_statistics(attention_out, tiny_
     assert not (tiny_run / "heads").exists()  # --out was respected
 
 
+def test_characters_the_png_font_lacks_are_named_once_with_the_view_that_renders_them(tiny_run, tmp_path):
+    """matplotlib's font (DejaVu Sans) has no CJK glyphs: one note instead of a warning per glyph and figure."""
+    result = run_cli("attention", str(tiny_run), "The 中文 car.", "--out", str(tmp_path), "--html")
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    page = next(tmp_path.glob("*.html"))
+    assert line == (
+        f"note: the PNGs' font has no glyph for 中 文, drawn as empty boxes; "
+        f"the HTML head view renders any script: {page}"
+    )
+    assert len(list(tmp_path.glob("*.png"))) == 3
+
+
 def test_attention_one_layer_one_kind(tiny_run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     returned = show_attention(
