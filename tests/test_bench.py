@@ -8,6 +8,7 @@ process, alternation, the compile fallback).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -89,6 +90,28 @@ def test_attention_bench_through_the_cli_writes_json_and_markdown(tmp_path):
     }
     markdown = out_md.read_text()
     assert "### mhatrain bench attention" in markdown and "| h=32 bf16 | article loop |" in markdown
+
+
+@pytest.mark.parametrize("columns", [None, "90"])
+def test_a_bench_table_off_a_terminal_keeps_to_columns_when_asked(columns, monkeypatch):
+    """A log file keeps the whole table; `COLUMNS=90 mhatrain bench ... | less` gets 90 columns."""
+    from rich.console import Console
+
+    from mhatrain.bench.report import BenchResult, print_result
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    bench = BenchResult("attention", {})
+    bench.add_case("h=8 fp32", {OURS: [1.0, 1.0], "nn.MultiheadAttention": [2.0, 2.0]}, 10, "tokens/s")
+    console = Console(file=io.StringIO(), color_system=None, soft_wrap=True)  # as the CLI's, not a terminal
+    print_result(bench, console)
+    widths = [len(line) for line in console.file.getvalue().splitlines() if line.startswith(("┃", "│"))]
+    if columns is None:
+        assert max(widths) > console.width  # the natural width, not squeezed into 80 columns
+    else:
+        assert max(widths) <= int(columns)
 
 
 def test_train_bench_reports_flops_against_the_measured_peak():

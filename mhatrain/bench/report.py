@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from ..core.columns import unwrapped
 from ..core.files import atomic_write_text
 from .timing import Summary
 
@@ -218,9 +219,10 @@ def print_result(result: BenchResult, console) -> None:
 
 
 def _print_wide(console, table) -> None:
-    """In a log file (no terminal) print at the table's natural width, not squeezed into 80 columns."""
+    """In a log file (no terminal) print at the table's natural width, not squeezed into 80 columns,
+    unless $COLUMNS asks for a width (core.columns)."""
     width = console.width
-    if not console.is_terminal:
+    if unwrapped(console):
         console.width = max(width, console.measure(table, options=console.options.update_width(1000)).maximum)
     try:
         console.print(table)
