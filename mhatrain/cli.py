@@ -425,7 +425,14 @@ def heads(
 # default from the parameter), so that the command's signature and body read at a glance.
 
 BenchNames = Annotated[list[str], typer.Argument(help="attention, train and/or decode (run in that order).")]
-BenchQuick = Annotated[bool, typer.Option("--quick", help="Tiny shapes and models, few repetitions: runs in seconds.")]
+BenchQuick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="Tiny shapes and models, few repetitions, no peak memory: a smoke run of every part (about a "
+        "minute of CPU time for all three); it judges no targets, which are set for full size.",
+    ),
+]
 BenchRepeats = Annotated[
     int | None,
     typer.Option("--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."),
@@ -454,7 +461,11 @@ BenchCompile = Annotated[
     bool, typer.Option("--compile", help="torch.compile each peer (falls back to eager with a note).")
 ]
 BenchMemory = Annotated[
-    bool, typer.Option("--memory/--no-memory", help="Measure each peer's peak memory in a fresh process.")
+    bool | None,
+    typer.Option(
+        "--memory/--no-memory",
+        help="Measure each peer's peak memory in a fresh process (default: yes, but no with --quick).",
+    ),
 ]
 BenchConfig = Annotated[
     Path | None,
@@ -503,7 +514,7 @@ def bench(
     device: BenchDevice = None,
     threads: BenchThreads = 0,
     compile_: BenchCompile = False,
-    memory: BenchMemory = True,
+    memory: BenchMemory = None,
     config: BenchConfig = None,
     set_: SetOption = None,
     data: BenchData = None,

@@ -98,7 +98,7 @@ def _is_option(param) -> bool:
 
 def _default_note(param) -> str:
     default = param.default
-    if _is_flag(param) and param.secondary_opts:  # --memory/--no-memory: name the default
+    if _is_flag(param) and param.secondary_opts and default is not None:  # --memory/--no-memory: name the default
         return f" (default: `{param.opts[0] if default else param.secondary_opts[0]}`)"
     if param.required or _is_flag(param) or default is None or default == () or default == []:
         return ""
