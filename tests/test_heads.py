@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -405,6 +406,9 @@ def test_heads_command_writes_importance_and_pruning(tiny_run, tmp_path):
         assert 0 <= curve["prunable"] <= curve["heads"]
         assert curve["prunable"] == prunable(points, report["baseline"]["bleu"])
     assert "pruning curve" in result.stdout and "losing less than 1 BLEU" in result.stdout
+    last = result.stdout.splitlines()[-1]  # the closing line says what it is, not "5s.  files: ..."
+    assert re.fullmatch(r"judged 24 heads in \d+ s; files: .*", last), last
+    assert last.endswith(f"{tmp_path / 'heads-test-importance.png'}  {tmp_path / 'heads-test-pruning.png'}")
 
 
 def call_main(monkeypatch, capsys, *args) -> str:
