@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -623,7 +624,7 @@ def with_optional_values(args: list[str]) -> list[str]:
 
 
 def main() -> None:
-    _no_type_after_flags()
+    _help_words()
     try:
         status = app(args=with_optional_values(sys.argv[1:]), standalone_mode=False)
         # Typer turns Ctrl-C in a command into the status 130, returned rather than raised
@@ -662,18 +663,60 @@ def main() -> None:
         sys.exit(exc.exit_code or 2)
 
 
-def _no_type_after_flags() -> None:
-    """Typer ≥ 0.2x writes a type such as `<bool>` after every option in --help, flags included,
-    where a flag takes no value: show none for them."""
-    shown = getattr(TyperOption, "display_type_rich", None)
-    if shown is None or getattr(shown, "flags_untyped", False):
-        return
+# ----------------------------------------------------------------------------- how parameters are written
+# --help and docs/commands.md (scripts/make_docs.py) write a parameter the same way, from these.
 
-    def display_type_rich(self, ctx):
-        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+TYPE_WORDS = {Path: "PATH", int: "N", float: "NUMBER", str: "TEXT"}
 
-    display_type_rich.flags_untyped = True
-    TyperOption.display_type_rich = display_type_rich
+
+def argument_name(param) -> str:
+    """An argument as --help and the docs name it: CONFIG; TEXT... when it repeats."""
+    return param.name.upper() + ("..." if param.nargs == -1 else "")
+
+
+def argument_usage(param) -> str:
+    """An argument in a usage line: CONFIG, or [TEXT...] when it may be left out."""
+    return argument_name(param) if param.required else f"[{argument_name(param)}]"
+
+
+def value_word(param) -> str:
+    """What an option's value looks like: its metavar, else its choices, else its type (PATH, N, NUMBER, TEXT)."""
+    if getattr(param, "metavar", None):
+        return param.metavar
+    choices = _choices(param)
+    if choices:
+        return "|".join(choices)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    while typing.get_args(annotation):  # X | None, list[X]: X
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    name = getattr(getattr(param, "type", None), "name", "text")  # older Typer: click's type
+    return TYPE_WORDS.get(annotation, {"path": "PATH", "integer": "N", "float": "NUMBER"}.get(name, "TEXT"))
+
+
+def _choices(param) -> tuple[str, ...]:
+    """The allowed values of a parameter typed with Literal[...] (or a click Choice)."""
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    if choices:
+        return tuple(str(c) for c in choices)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(str(c) for c in typing.get_args(annotation))
+    return ()
+
+
+def _help_words() -> None:
+    """Typer ≥ 0.2x writes parameters its own way in --help: `{config}` and `[checkpoints]...` in the
+    usage line, a type such as `<path>` or `<list[Path]>` after each, `<bool>` after flags. Write them
+    as the docs do instead: `CONFIG`, `[CHECKPOINTS]...`, `--out PATH`, flags bare."""
+    from typer.core import TyperArgument
+
+    if getattr(TyperOption, "help_words", False) or not hasattr(TyperOption, "display_type_rich"):
+        return  # done, or an older Typer, which writes them as click does
+    TyperOption.display_type_rich = lambda self, ctx: None if getattr(self, "is_flag", False) else value_word(self)
+    TyperArgument.display_type_rich = lambda self, ctx: None  # the name says it: CONFIG, RUN_DIR
+    TyperArgument.display_name_raw = property(lambda self: self.metavar or self.name.upper())
+    TyperArgument.get_usage_pieces = lambda self, ctx: [argument_usage(self)]
+    TyperOption.help_words = True
 
 
 def _print_error(message: str) -> None:

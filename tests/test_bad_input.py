@@ -523,7 +523,7 @@ CASES = [
     ),
     Case("unknown-command", lambda w: ["trian", str(TINY)], ["No such command 'trian'"]),
     Case("unknown-option", lambda w: ["eval", str(w.run), "--bem", "3"], ["No such option: --bem", "eval --help"]),
-    Case("missing-argument", lambda w: ["translate"], ["Missing argument", "translate --help"]),
+    Case("missing-argument", lambda w: ["translate"], ["Missing argument 'RUN_DIR'", "translate --help"]),
 ]
 
 

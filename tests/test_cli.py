@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -195,6 +196,25 @@ def test_help_shows_no_type_after_flags():
     assert result.returncode == 0, result.stderr
     assert "--resume" in result.stdout and "--keep-batch" in result.stdout
     assert "<bool>" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command, usage, shown",
+    [
+        ("train", "mhatrain train [OPTIONS] CONFIG", ["CONFIG", "--out", "PATH", "KEY=VALUE"]),
+        ("average", "mhatrain average [OPTIONS] RUN_DIR [CHECKPOINTS...]", ["RUN_DIR", "CHECKPOINTS...", "N"]),
+        ("eval", "mhatrain eval [OPTIONS] RUN_DIR", ["--beam", "N", "--alpha", "NUMBER", "best|last|averaged"]),
+    ],
+)
+def test_help_writes_parameters_as_the_docs_do(command, usage, shown):
+    """Typer wrote `{config}`, `<path>` and `<list[Path]>`; the README and docs/commands.md write CONFIG, PATH."""
+    result = run_cli(command, "--help", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert f"Usage: python -m {usage}" in result.stdout  # the tests run `python -m mhatrain`
+    assert f"\n{usage}\n" in (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    words = result.stdout.split()
+    assert all(word in words for word in shown), result.stdout
+    assert not re.search(r"[{<][a-z_\[\]A-Z]+[}>]", result.stdout), result.stdout
 
 
 def long_sentence() -> str:
