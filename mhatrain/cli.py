@@ -73,8 +73,25 @@ def int_list(text: str, option: str, what: str, minimum: int | None = None) -> l
     return values
 
 
+def _show_version(asked: bool) -> None:
+    """--version: the package's version, and in a git checkout its commit (what provenance.json records)."""
+    if not asked:
+        return
+    from .core.provenance import code_version
+
+    code = code_version()
+    commit = f" (commit {code['commit'][:12]}{', modified' if code['dirty'] else ''})" if code["commit"] else ""
+    console.print(f"mhatrain {code['version']}{commit}", highlight=False)
+    raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")):
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Show the version and exit."
+    ),
+):
     _state["debug"] = debug
 
 

@@ -96,6 +96,16 @@ def test_debug_shows_the_traceback():
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
+def test_version_names_the_package_version_and_exits():
+    import mhatrain
+
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(
+        rf"mhatrain {re.escape(mhatrain.__version__)}( \(commit [0-9a-f]{{12}}(, modified)?\))?\n", result.stdout
+    )
+
+
 def test_python_dash_m_and_help():
     result = run_cli("--help")
     assert result.returncode == 0
