@@ -456,7 +456,10 @@ CASES = [
     Case(
         "attention-out-unwritable",
         lambda w: ["attention", str(w.run), "A cat.", "--out", str(blocker(w) / "maps")],
-        ["cannot write to {root}/a-file/maps"],
+        [
+            "cannot write {root}/a-file/maps/attention-",
+            ".png: cannot create a file in {root}/a-file/maps (Not a directory)",
+        ],
     ),
     # --- translate input
     Case("empty-argument", lambda w: ["translate", str(w.run), "A cat.", "   "], ["argument 2: empty input"]),
