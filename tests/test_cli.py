@@ -70,6 +70,31 @@ def test_bad_input_gives_one_line_and_exit_2(args, fragments):
     assert_clean_error(run_cli(*args), *fragments)
 
 
+def test_translate_on_a_terminal_says_it_reads_the_terminal(tiny_run):
+    """`mhatrain translate RUN` with no sentences waited silently for stdin; on a terminal it says so."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mhatrain", "translate", str(tiny_run)],
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    os.close(secondary)
+    os.write(primary, b"The red car.\n\x04")  # a line, then Ctrl-D
+    out, err = proc.communicate(timeout=120)
+    os.close(primary)
+    assert proc.returncode == 0, err
+    assert err.splitlines() == [
+        "reading sentences from the terminal, one per line; Ctrl-D ends the input and translates them"
+    ]
+    assert out.splitlines() == library_translations(tiny_run, ["The red car."])
+
+
 def test_translate_rejects_empty_arguments_and_overlong_input(tiny_run):
     assert_clean_error(run_cli("translate", str(tiny_run), "  "), "argument 1: empty input")
     assert_clean_error(run_cli("translate", str(tiny_run), "x" * 20_000), "over the limit")

@@ -216,6 +216,8 @@ def translate_lines(
     is a mistake (an unset shell variable) and an error."""
     from_stdin = lines is None
     if from_stdin:
+        if sys.stdin.isatty():  # else a user who typed only `mhatrain translate RUN` sees a command that hangs
+            _warn("reading sentences from the terminal, one per line; Ctrl-D ends the input and translates them")
         lines = []
         for number, raw in enumerate(sys.stdin.buffer, 1):
             try:
