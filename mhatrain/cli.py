@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -72,8 +73,25 @@ def int_list(text: str, option: str, what: str, minimum: int | None = None) -> l
     return values
 
 
+def _show_version(asked: bool) -> None:
+    """--version: the package's version, and in a git checkout its commit (what provenance.json records)."""
+    if not asked:
+        return
+    from .core.provenance import code_version
+
+    code = code_version()
+    commit = f" (commit {code['commit'][:12]}{', modified' if code['dirty'] else ''})" if code["commit"] else ""
+    console.print(f"mhatrain {code['version']}{commit}", highlight=False)
+    raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")):
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Show the version and exit."
+    ),
+):
     _state["debug"] = debug
 
 
@@ -452,7 +470,14 @@ def heads(
 # default from the parameter), so that the command's signature and body read at a glance.
 
 BenchNames = Annotated[list[str], typer.Argument(help="attention, train and/or decode (run in that order).")]
-BenchQuick = Annotated[bool, typer.Option("--quick", help="Tiny shapes and models, few repetitions: runs in seconds.")]
+BenchQuick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="Tiny shapes and models, few repetitions, no peak memory: a smoke run of every part (about a "
+        "minute of CPU time for all three); it judges no targets, which are set for full size.",
+    ),
+]
 BenchRepeats = Annotated[
     int | None,
     typer.Option("--repeats", min=1, help="Timed samples per peer (default: attention 20, train 5, decode 3)."),
@@ -482,7 +507,11 @@ BenchCompile = Annotated[
     bool, typer.Option("--compile", help="torch.compile each peer (falls back to eager with a note).")
 ]
 BenchMemory = Annotated[
-    bool, typer.Option("--memory/--no-memory", help="Measure each peer's peak memory in a fresh process.")
+    bool | None,
+    typer.Option(
+        "--memory/--no-memory",
+        help="Measure each peer's peak memory in a fresh process (default: yes, but no with --quick).",
+    ),
 ]
 BenchConfig = Annotated[
     Path | None,
@@ -544,7 +573,7 @@ def bench(
     device: BenchDevice = None,
     threads: BenchThreads = 0,
     compile_: BenchCompile = False,
-    memory: BenchMemory = True,
+    memory: BenchMemory = None,
     config: BenchConfig = None,
     set_: SetOption = None,
     data: BenchData = None,
@@ -661,7 +690,7 @@ def with_optional_values(args: list[str]) -> list[str]:
 
 
 def main() -> None:
-    _no_type_after_flags()
+    _help_words()
     try:
         status = app(args=with_optional_values(sys.argv[1:]), standalone_mode=False)
         # Typer turns Ctrl-C in a command into the status 130, returned rather than raised
@@ -700,18 +729,60 @@ def main() -> None:
         sys.exit(exc.exit_code or 2)
 
 
-def _no_type_after_flags() -> None:
-    """Typer ≥ 0.2x writes a type such as `<bool>` after every option in --help, flags included,
-    where a flag takes no value: show none for them."""
-    shown = getattr(TyperOption, "display_type_rich", None)
-    if shown is None or getattr(shown, "flags_untyped", False):
-        return
+# ----------------------------------------------------------------------------- how parameters are written
+# --help and docs/commands.md (scripts/make_docs.py) write a parameter the same way, from these.
 
-    def display_type_rich(self, ctx):
-        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+TYPE_WORDS = {Path: "PATH", int: "N", float: "NUMBER", str: "TEXT"}
 
-    display_type_rich.flags_untyped = True
-    TyperOption.display_type_rich = display_type_rich
+
+def argument_name(param) -> str:
+    """An argument as --help and the docs name it: CONFIG; TEXT... when it repeats."""
+    return param.name.upper() + ("..." if param.nargs == -1 else "")
+
+
+def argument_usage(param) -> str:
+    """An argument in a usage line: CONFIG, or [TEXT...] when it may be left out."""
+    return argument_name(param) if param.required else f"[{argument_name(param)}]"
+
+
+def value_word(param) -> str:
+    """What an option's value looks like: its metavar, else its choices, else its type (PATH, N, NUMBER, TEXT)."""
+    if getattr(param, "metavar", None):
+        return param.metavar
+    choices = _choices(param)
+    if choices:
+        return "|".join(choices)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    while typing.get_args(annotation):  # X | None, list[X]: X
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    name = getattr(getattr(param, "type", None), "name", "text")  # older Typer: click's type
+    return TYPE_WORDS.get(annotation, {"path": "PATH", "integer": "N", "float": "NUMBER"}.get(name, "TEXT"))
+
+
+def _choices(param) -> tuple[str, ...]:
+    """The allowed values of a parameter typed with Literal[...] (or a click Choice)."""
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    if choices:
+        return tuple(str(c) for c in choices)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(str(c) for c in typing.get_args(annotation))
+    return ()
+
+
+def _help_words() -> None:
+    """Typer ≥ 0.2x writes parameters its own way in --help: `{config}` and `[checkpoints]...` in the
+    usage line, a type such as `<path>` or `<list[Path]>` after each, `<bool>` after flags. Write them
+    as the docs do instead: `CONFIG`, `[CHECKPOINTS]...`, `--out PATH`, flags bare."""
+    from typer.core import TyperArgument
+
+    if getattr(TyperOption, "help_words", False) or not hasattr(TyperOption, "display_type_rich"):
+        return  # done, or an older Typer, which writes them as click does
+    TyperOption.display_type_rich = lambda self, ctx: None if getattr(self, "is_flag", False) else value_word(self)
+    TyperArgument.display_type_rich = lambda self, ctx: None  # the name says it: CONFIG, RUN_DIR
+    TyperArgument.display_name_raw = property(lambda self: self.metavar or self.name.upper())
+    TyperArgument.get_usage_pieces = lambda self, ctx: [argument_usage(self)]
+    TyperOption.help_words = True
 
 
 def _print_error(message: str) -> None:

@@ -39,36 +39,12 @@ def _plain(text: str | None) -> str:
     return text.replace("|", "\\|")
 
 
-def _choices(param) -> tuple[str, ...]:
-    """The allowed values of a parameter typed with Literal[...] (or a click Choice)."""
-    choices = getattr(getattr(param, "type", None), "choices", None)
-    if choices:
-        return tuple(str(c) for c in choices)
-    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    if typing.get_origin(annotation) is typing.Literal:
-        return tuple(str(c) for c in typing.get_args(annotation))
-    return ()
-
-
-METAVARS = {Path: "PATH", int: "N", float: "NUMBER", str: "TEXT"}
-
-
 def _metavar(param) -> str:
-    """What an option's value looks like: its choices, else its type (PATH, N, NUMBER, TEXT)."""
-    from mhatrain.cli import OPTIONAL_VALUE
+    """What an option's value looks like, as --help writes it (mhatrain.cli.value_word)."""
+    from mhatrain.cli import OPTIONAL_VALUE, value_word
 
-    if getattr(param, "metavar", None):
-        return param.metavar
-    choices = _choices(param)
-    if choices:
-        word = "|".join(choices)
-    else:
-        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-        while typing.get_args(annotation):  # X | None, list[X]: X
-            annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
-        name = getattr(getattr(param, "type", None), "name", "text")  # older Typer: click's type
-        word = METAVARS.get(annotation, {"path": "PATH", "integer": "N", "float": "NUMBER"}.get(name, "TEXT"))
-    return f"[{word}]" if set(param.opts) & set(OPTIONAL_VALUE) else word
+    word = value_word(param)
+    return f"[{word}]" if set(param.opts) & set(OPTIONAL_VALUE) and not word.startswith("[") else word
 
 
 def _is_flag(param) -> bool:
@@ -82,13 +58,9 @@ def _summary(text: str | None) -> str:
 
 def _usage(name: str, command) -> str:
     parts = [f"mhatrain {name}", "[OPTIONS]"] if any(_is_option(p) for p in command.params) else [f"mhatrain {name}"]
-    for param in command.params:
-        if _is_option(param):
-            continue
-        word = param.name.upper()
-        if param.nargs == -1:
-            word += "..."
-        parts.append(word if param.required else f"[{word}]")
+    from mhatrain.cli import argument_usage
+
+    parts += [argument_usage(param) for param in command.params if not _is_option(param)]
     return " ".join(parts)
 
 
@@ -98,7 +70,7 @@ def _is_option(param) -> bool:
 
 def _default_note(param) -> str:
     default = param.default
-    if _is_flag(param) and param.secondary_opts:  # --memory/--no-memory: name the default
+    if _is_flag(param) and param.secondary_opts and default is not None:  # --memory/--no-memory: name the default
         return f" (default: `{param.opts[0] if default else param.secondary_opts[0]}`)"
     if param.required or _is_flag(param) or default is None or default == () or default == []:
         return ""
@@ -114,7 +86,9 @@ def _param_row(param) -> str:
         if getattr(param, "multiple", False) and "repeatable" not in (param.help or ""):
             name += " (repeatable)"
     else:
-        name = param.name.upper() + ("..." if param.nargs == -1 else "")
+        from mhatrain.cli import argument_name
+
+        name = argument_name(param)
     note = " Required." if param.required and _is_option(param) else ""
     return f"| `{name}` | {_plain(param.help)}{note}{_default_note(param)} |"
 
@@ -132,7 +106,8 @@ def commands_markdown() -> str:
         _plain(group.help),
         "",
         "`python -m mhatrain ...` works the same as `mhatrain ...`. Every command takes `--help`;",
-        "`mhatrain --debug COMMAND ...` shows a traceback instead of the one-line error message.",
+        "`mhatrain --debug COMMAND ...` shows a traceback instead of the one-line error message;",
+        "`mhatrain --version` prints the version (and the git commit, in a checkout).",
         "",
         "| command | what it does |",
         "|---|---|",

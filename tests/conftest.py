@@ -19,6 +19,10 @@ from mhatrain.data.tokenizer import Tokenizer, train_or_load_tokenizer
 from .forked import ForkedCLI
 
 torch.set_num_threads(1)
+# pytest-xdist's workers export COLUMNS=80 and LINES=24, and a developer's shell may export its own: output
+# off a terminal keeps to $COLUMNS (mhatrain.core.columns), so a test sets it where it means to, never inherits it
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "tests" / "data" / "toy"

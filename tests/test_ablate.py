@@ -407,6 +407,20 @@ def test_report_of_a_finished_study(reference):
     assert (reference / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_second_report_of_unchanged_runs_leaves_every_file_byte_identical(reference, tmp_path):
+    """Committed report files must not show as modified after `report` reruns on the same runs."""
+    study = Path(shutil.copytree(reference, tmp_path / "study"))
+    files = {}
+    for attempt in range(2):
+        if attempt:
+            time.sleep(1.1)  # a clock in the output (a timestamp to the second) would tick over
+        result = run_cli("report", str(study))
+        assert result.returncode == 0, result.stderr + result.stdout
+        files[attempt] = {str(p.relative_to(study)): p.read_bytes() for p in sorted(study.rglob("*")) if p.is_file()}
+    assert [name for name in files[0] if files[0][name] != files[1].get(name)] == []
+    assert files[0].keys() == files[1].keys()
+
+
 def test_report_of_a_partial_study_without_h8(tmp_path, spm_cache, reference):
     out = tmp_path / "study"
     dry_run(out, spm_cache, heads="1,2,8", seeds="1,2")

@@ -9,12 +9,13 @@ Kinds (ids as in CASES; docs/troubleshooting.md explains each):
   data       pair-file-missing, split-missing, line-counts-differ, empty-file, binary-file,
              not-utf8-line, corrupt-gzip, jsonl-missing-language, jsonl-invalid-json,
              jsonl-field-not-string, hub-missing-language, nothing-left-after-filtering
-  runs       run-dir-missing, not-a-run-dir, no-checkpoint-yet, checkpoints-truncated, eval-best-damaged,
+  runs       run-dir-missing, not-a-run-dir, no-checkpoint-yet, no-best-yet, no-averaged-yet,
+             checkpoints-truncated, eval-best-damaged,
              checkpoints-garbage, checkpoints-pickle-garbage, checkpoint-runs-code, checkpoint-other-vocab, tokenizer-garbage,
              tokenizer-missing, run-config-edited, run-config-broken, resume-other-config,
              resume-other-vocab, resume-all-damaged, resume-nothing-there, train-over-a-run,
              out-dir-unwritable, attention-out-unwritable
-  translate  empty-argument, overlong-argument, empty-stdin, blank-stdin-line, stdin-not-utf8
+  translate  empty-argument, overlong-argument, empty-stdin, stdin-not-utf8
   options    eval-beam-0, eval-alpha-negative, eval-checkpoint-bogus, eval-split-unknown,
              eval-set-changes-architecture, attention-layer-out-of-range, attention-layer-not-number,
              attention-kind-bogus, attention-empty-sentence, heads-metric-bogus,
@@ -310,6 +311,21 @@ CASES = [
         lambda w: ([p.unlink() for p in w.checkpoints()], ["eval", str(w.run)])[1],
         ["{root}/run: no checkpoint yet"],
     ),
+    Case(  # stopped before its first validation: last.pt, no best.pt
+        "no-best-yet",
+        lambda w: ((w.run / "best.pt").unlink(), ["eval", str(w.run)])[1],
+        [
+            "{root}/run: no best.pt yet (written at the first validation); last.pt of update 364 is there: --checkpoint last"
+        ],
+    ),
+    Case(
+        "no-averaged-yet",
+        lambda w: ["eval", str(w.run), "--checkpoint", "averaged"],
+        [
+            "{root}/run: no averaged.pt yet (`mhatrain average` makes it); best.pt of update ",
+            " and last.pt of update 364 are there: --checkpoint best or last",
+        ],
+    ),
     Case(
         "checkpoints-truncated",
         lambda w: ([truncate(p) for p in w.checkpoints()], ["translate", str(w.run), "A cat."])[1],
@@ -419,7 +435,10 @@ CASES = [
     Case(
         "attention-out-unwritable",
         lambda w: ["attention", str(w.run), "A cat.", "--out", str(blocker(w) / "maps")],
-        ["cannot write to {root}/a-file/maps"],
+        [
+            "cannot write {root}/a-file/maps/attention-",
+            ".png: cannot create a file in {root}/a-file/maps (Not a directory)",
+        ],
     ),
     # --- translate input
     on_run("empty-argument", ["translate", "A cat.", "   "], "argument 2: empty input"),
@@ -429,12 +448,6 @@ CASES = [
         "argument 1: input of 20000 characters is over the limit of 10000",
     ),
     Case("empty-stdin", lambda w: ["translate", str(w.run)], ["no input: give sentences as arguments or on stdin"]),
-    Case(
-        "blank-stdin-line",
-        lambda w: ["translate", str(w.run)],
-        ["stdin line 2: empty input"],
-        stdin=b"A cat.\n\nA dog.\n",
-    ),
     Case(
         "stdin-not-utf8",
         lambda w: ["translate", str(w.run)],
@@ -480,7 +493,7 @@ CASES = [
     on_run("heads-max-sentences-negative", ["heads", "--max-sentences", "-1"], "Invalid value for '--max-sentences'"),
     Case("unknown-command", lambda w: ["trian", str(TINY)], ["No such command 'trian'"]),
     on_run("unknown-option", ["eval", "--bem", "3"], "No such option: --bem", "eval --help"),
-    Case("missing-argument", lambda w: ["translate"], ["Missing argument", "translate --help"]),
+    Case("missing-argument", lambda w: ["translate"], ["Missing argument 'RUN_DIR'", "translate --help"]),
 ]
 
 
@@ -537,3 +550,13 @@ def test_a_damaged_best_checkpoint_is_named_and_last_pt_used_instead(tmp_path, t
     assert result.stdout.splitlines() == library_translations(run, ["The red cat sees the dog."], "last")
     assert result.stderr.startswith(f"warning: {run}/best.pt: damaged or not a mhatrain checkpoint (")
     assert result.stderr.rstrip().endswith("; using last.pt instead")
+
+
+def test_a_run_without_best_pt_is_translated_with_last_pt_and_says_so(tmp_path, tiny_run):
+    """Stopped before its first validation: translate uses last.pt, and says so, since eval would refuse."""
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    (run / "best.pt").unlink()
+    result = run_cli("translate", str(run), "The red cat sees the dog.")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == library_translations(run, ["The red cat sees the dog."], "last")
+    assert result.stderr.splitlines() == [f"note: {run} has no best.pt yet; using last.pt (update 364)"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -69,10 +70,46 @@ def test_bad_input_gives_one_line_and_exit_2(args, fragments):
     assert_clean_error(run_cli(*args), *fragments)
 
 
-def test_translate_rejects_empty_input(tiny_run):
+def test_translate_on_a_terminal_says_it_reads_the_terminal(tiny_run):
+    """`mhatrain translate RUN` with no sentences waited silently for stdin; on a terminal it says so."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mhatrain", "translate", str(tiny_run)],
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    os.close(secondary)
+    os.write(primary, b"The red car.\n\x04")  # a line, then Ctrl-D
+    out, err = proc.communicate(timeout=120)
+    os.close(primary)
+    assert proc.returncode == 0, err
+    assert err.splitlines() == [
+        "reading sentences from the terminal, one per line; Ctrl-D ends the input and translates them"
+    ]
+    assert out.splitlines() == library_translations(tiny_run, ["The red car."])
+
+
+def test_translate_rejects_empty_arguments_and_overlong_input(tiny_run):
     assert_clean_error(run_cli("translate", str(tiny_run), "  "), "argument 1: empty input")
-    assert_clean_error(run_cli("translate", str(tiny_run), stdin="The cat.\n\n"), "stdin line 2: empty input")
     assert_clean_error(run_cli("translate", str(tiny_run), "x" * 20_000), "over the limit")
+
+
+def test_blank_stdin_lines_give_blank_output_lines_and_the_rest_is_translated(tiny_run):
+    """A file with empty lines is normal input: one output line per input line, as fairseq-interactive and Marian."""
+    sentences = ["The red car.", "The hat."]
+    result = run_cli("translate", str(tiny_run), stdin="The red car.\n\nThe hat.\n  \n\n")
+    assert result.returncode == 0, result.stderr
+    first, second = library_translations(tiny_run, sentences)
+    assert result.stdout.split("\n") == [first, "", second, "", "", ""]
+    assert result.stderr == ""
+    only_blank = run_cli("translate", str(tiny_run), stdin="\n\n")
+    assert (only_blank.returncode, only_blank.stdout) == (0, "\n\n")
 
 
 def test_eval_unknown_split_is_a_clean_error(tiny_run):
@@ -82,6 +119,16 @@ def test_eval_unknown_split_is_a_clean_error(tiny_run):
 def test_debug_shows_the_traceback():
     result = run_cli("--debug", "train", "no-such.yaml")
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_version_names_the_package_version_and_exits():
+    import mhatrain
+
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(
+        rf"mhatrain {re.escape(mhatrain.__version__)}( \(commit [0-9a-f]{{12}}(, modified)?\))?\n", result.stdout
+    )
 
 
 def test_python_dash_m_and_help():
@@ -184,6 +231,25 @@ def test_help_shows_no_type_after_flags():
     assert result.returncode == 0, result.stderr
     assert "--resume" in result.stdout and "--keep-batch" in result.stdout
     assert "<bool>" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command, usage, shown",
+    [
+        ("train", "mhatrain train [OPTIONS] CONFIG", ["CONFIG", "--out", "PATH", "KEY=VALUE"]),
+        ("average", "mhatrain average [OPTIONS] RUN_DIR [CHECKPOINTS...]", ["RUN_DIR", "CHECKPOINTS...", "N"]),
+        ("eval", "mhatrain eval [OPTIONS] RUN_DIR", ["--beam", "N", "--alpha", "NUMBER", "best|last|averaged"]),
+    ],
+)
+def test_help_writes_parameters_as_the_docs_do(command, usage, shown):
+    """Typer wrote `{config}`, `<path>` and `<list[Path]>`; the README and docs/commands.md write CONFIG, PATH."""
+    result = run_cli(command, "--help", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert f"Usage: python -m {usage}" in result.stdout  # the tests run `python -m mhatrain`
+    assert f"\n{usage}\n" in (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    words = result.stdout.split()
+    assert all(word in words for word in shown), result.stdout
+    assert not re.search(r"[{<][a-z_\[\]A-Z]+[}>]", result.stdout), result.stdout
 
 
 def long_sentence() -> str:

@@ -1,9 +1,11 @@
-"""The generated reference pages match the code: docs/commands.md and docs/configuration.md."""
+"""The generated reference pages match the code (docs/commands.md and docs/configuration.md), and the README's
+commands run in the shell its install leaves."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,14 @@ def test_check_reports_a_stale_page_and_writes_nothing(make_docs, tmp_path, monk
     assert make_docs.main(["--check"]) == 1
     assert "stale: commands.md" in capsys.readouterr().out and stale.read_text() == "old\n"
     assert make_docs.main([]) == 0 and stale.read_text() == "new\n"
+
+
+def test_the_readmes_commands_run_in_the_shell_its_install_leaves():
+    """The install builds .venv; a bare `mhatrain` in the quick start needs it activated first."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S) for line in block.splitlines()]
+    install = next(i for i, line in enumerate(lines) if "python3 -m venv .venv" in line)
+    bare = [i for i, line in enumerate(lines) if line.startswith("mhatrain ")]
+    activate = [i for i, line in enumerate(lines) if re.match(r"(source|\.) \.venv/bin/activate\b", line)]
+    assert bare, "the README runs no mhatrain command"
+    assert activate and install < activate[0] < bare[0], "activate .venv before the first bare `mhatrain`"

@@ -11,7 +11,7 @@ import pytest
 from mhatrain.core.errors import MhatrainError
 from mhatrain.core.files import atomic_write_json, atomic_write_text
 
-from .conftest import FullDisk
+from .conftest import ROOT, FullDisk, assert_clean_error
 
 
 def test_full_disk_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -28,11 +28,22 @@ def test_full_disk_keeps_the_previous_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
 
 
-def test_unwritable_location_is_a_clear_error(tmp_path):
+def test_unwritable_location_is_a_clear_error_that_names_the_file(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(MhatrainError, match="cannot write to"):
+    with pytest.raises(MhatrainError) as caught:
         atomic_write_text(blocker / "sub" / "out.txt", "data")
+    assert str(caught.value) == (
+        f"cannot write {blocker}/sub/out.txt: cannot create a file in {blocker}/sub (Not a directory)"
+    )
+
+
+def test_curves_into_a_directory_that_takes_no_files_names_the_file():
+    """`curves --out /proc/c.png` said only "cannot write to /proc"."""
+    from .conftest import run_cli
+
+    result = run_cli("curves", str(ROOT / "results" / "ablate-multi30k" / "h08-seed1"), "--out", "/proc/c.png")
+    assert_clean_error(result, "cannot write /proc/c.png: cannot create a file in /proc (")
 
 
 def test_cli_refuses_an_output_directory_it_cannot_create(tmp_path):

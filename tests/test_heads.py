@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -379,6 +380,19 @@ def test_the_saved_statistics_are_those_of_the_saved_maps(attention_out):
                     assert record[name] == expected, (kind, int(layer), head + 1, name)
 
 
+def test_characters_the_png_font_lacks_are_named_once_with_the_view_that_renders_them(tiny_run, tmp_path):
+    """matplotlib's font (DejaVu Sans) has no CJK glyphs: one note instead of a warning per glyph and figure."""
+    result = run_cli("attention", str(tiny_run), "The 中文 car.", "--out", str(tmp_path), "--html")
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    page = next(tmp_path.glob("*.html"))
+    assert line == (
+        f"note: the PNGs' font has no glyph for 中 文, drawn as empty boxes; "
+        f"the HTML head view renders any script: {page}"
+    )
+    assert len(list(tmp_path.glob("*.png"))) == 3
+
+
 def test_attention_one_layer_one_kind(tiny_run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     returned = show_attention(
@@ -426,6 +440,9 @@ def test_heads_command_writes_importance_and_pruning(tiny_run, tmp_path):
         assert 0 <= curve["prunable"] <= curve["heads"]
     assert "pruning curve" in result.stdout and "losing less than 1 BLEU" in result.stdout
     assert_heads_report_follows_its_measurements(report)
+    last = result.stdout.splitlines()[-1]  # the closing line says what it is, not "5s.  files: ..."
+    assert re.fullmatch(r"judged 24 heads in \d+ s; files: .*", last), last
+    assert last.endswith(f"{tmp_path / 'heads-test-importance.png'}  {tmp_path / 'heads-test-pruning.png'}")
 
 
 def assert_heads_report_follows_its_measurements(report: dict) -> None:

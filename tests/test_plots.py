@@ -118,6 +118,26 @@ def test_curves_of_runs_at_very_different_levels_all_stay_inside_their_axes():
             assert _inside(ax.get_ylim(), values[len(values) // 2 :]), (key, curve.name)
 
 
+def test_a_zoomed_axis_says_what_it_cuts_off():
+    """The loss panel starts above its axis (the first updates' loss is far above the plateau): a note says
+    up to which update and value; a panel that cuts nothing has no note."""
+    curve = _curve("run", 1.0, 10)  # loss 21 at update 10, falling to ~1.2
+    fig, _, _ = learning_curves_figure(None, [curve], "title")
+    panels = dict(zip([key for key, _, _ in CURVE_PANELS], fig.axes))
+    top = panels["train_loss"].get_ylim()[1]
+    smoothed = curve.train_loss_smoothed()
+    last_above = max(step for step, v in zip(curve.train_steps, smoothed) if v > top)
+    (note,) = [t.get_text() for t in panels["train_loss"].texts]
+    assert note == (
+        f"axis cut at {top:.3g}: values up to {max(smoothed):.3g}\n(until update {last_above:,}) lie above it"
+    )
+    assert not panels["valid_bleu"].texts  # not zoomed
+    flat = Curve("flat", valid_steps=[100, 200], valid_bleu=[1.0, 2.0], valid_ppl=[5.0, 5.0])
+    flat.train_steps, flat.train_loss = [10, 20, 30], [2.0, 2.0, 2.0]
+    fig, _, _ = learning_curves_figure(None, [flat], "title")
+    assert not any(ax.texts for ax in fig.axes)
+
+
 def test_study_curves_draw_each_band_in_its_own_colour_without_blended_fills():
     curves = [_curve(f"h{h}s{s}", 1.0 + 0.1 * h + 0.05 * s, 5, heads=h, seed=s) for h in (1, 8) for s in (1, 2, 3)]
     groups = group_by_heads(curves)

@@ -6,12 +6,15 @@ import copy
 import hashlib
 import json
 import platform
+import shutil
+import subprocess
+import sys
 
 import torch
 
 from mhatrain.core.provenance import code_version, cpu_model, read_sessions
 
-from .conftest import TINY, TOY, run_cli, set_args, train_argv
+from .conftest import ROOT, TINY, TOY, run_cli, set_args, train_argv
 
 
 def sha256(path) -> str:
@@ -94,3 +97,21 @@ def test_report_summarises_provenance_and_notes_points_that_differ(tmp_path, spm
     report = json.loads((out / "report.json").read_text())
     assert report["provenance"]["differs"] == ["torch", "data train"]
     assert "torch differs" in (out / "report.md").read_text()
+
+
+def test_a_change_anywhere_in_the_package_marks_the_code_dirty(tmp_path):
+    """Results record whether the code that made them was committed: a change outside mhatrain/core counts."""
+    shutil.copytree(ROOT / "mhatrain", tmp_path / "mhatrain", ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "copy"]):
+        subprocess.run([*git, *args], cwd=tmp_path, check=True, capture_output=True)
+    probe = "import json; from mhatrain.core.provenance import code_version; print(json.dumps(code_version()))"
+
+    def dirty() -> bool:
+        out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)["dirty"]
+
+    assert dirty() is False
+    with open(tmp_path / "mhatrain" / "study" / "curves.py", "a", encoding="utf-8") as f:
+        f.write("# changed\n")
+    assert dirty() is True

@@ -87,6 +87,28 @@ def test_a_log_file_keeps_the_full_table(report):
     assert "paper BLEU" in header and "test chrF" in header
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+def test_a_pipe_keeps_to_the_width_columns_asks_for(report, columns, monkeypatch):
+    """`COLUMNS=100 mhatrain report STUDY | less`: the table that fits (the compact one), prose wrapped."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    piped = Console(file=io.StringIO(), color_system=None, soft_wrap=True)  # as the CLI's, not a terminal
+    assert not piped.is_terminal and piped.width == columns
+    show(report, piped)
+    text = piped.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= columns
+    assert table_rows(text).keys() == {str(row["heads"]) for row in report["by_heads"]}
+    assert "report.md" in text
+
+
+def test_a_pipe_with_room_for_the_full_table_gets_it(report, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    piped = Console(file=io.StringIO(), color_system=None, soft_wrap=True)
+    show(report, piped)
+    header = next(line for line in piped.file.getvalue().splitlines() if line.startswith("┃"))
+    assert "paper BLEU" in header and "test chrF" in header
+    assert max(len(line) for line in piped.file.getvalue().splitlines()) <= 400
+
+
 def test_the_readme_answer_is_the_committed_report(report):
     """The README's two head-count tables (cross-entropy, then BLEU), their trends and verdicts are the
     committed report's numbers, not an older study's."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -357,6 +358,23 @@ def test_the_last_line_names_the_metric_that_picked_the_best_checkpoint(tmp_path
     shown = f"{best[metric]:.2f}" if metric == "valid_bleu" else f"{best[metric]:.4f}"
     assert best["step"] == summary["best_step"]
     assert f"{words} {shown} at update {best['step']}" in console.file.getvalue()
+
+
+def test_log_lines_off_a_terminal_say_how_far_along_the_run_is(tmp_path, spm_cache):
+    """A log file or a SLURM job's output has no progress bar: each line says update N of M and an ETA."""
+    console = Console(file=io.StringIO(), soft_wrap=True)  # a file, not a terminal; lines unwrapped, as the CLI's
+    train(
+        quiet_config(spm_cache, "train.log_every=4", "train.max_steps=12", "train.valid_every=6"),
+        tmp_path / "r",
+        console=console,
+    )
+    lines = console.file.getvalue().splitlines()
+    updates = [line for line in lines if line.startswith("update ")]
+    assert [line.split()[1:4] for line in updates] == [[str(n), "of", "12"] for n in (1, 4, 8, 12)]
+    assert all(re.search(r"  ETA \d+:\d\d:\d\d$", line) for line in updates[:-1]), updates
+    assert updates[-1].endswith("ETA 0:00:00")
+    valid = [line for line in lines if line.startswith("valid update")]
+    assert [line.split()[2:5] for line in valid] == [["6", "of", "12"], ["12", "of", "12"]]
 
 
 def _poison_losses(monkeypatch, bad_calls):

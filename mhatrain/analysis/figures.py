@@ -9,7 +9,11 @@ Shape legend: L layers · H heads · Tq query length · Tk key length.
 
 from __future__ import annotations
 
+import re
 import textwrap
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +32,27 @@ def save_figure(fig: Figure, path: Path, width_in: float, height_in: float) -> N
     dpi = max(30, min(110, int(MAX_PIXELS / max(width_in, height_in))))
     FigureCanvasAgg(fig)
     atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=dpi), binary=True)
+
+
+# matplotlib warns once per missing glyph and figure
+MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from (?:current )?font")
+
+
+@contextmanager
+def missing_glyphs() -> Iterator[set[str]]:
+    """Collect the characters that the figures drawn inside cannot show (matplotlib's font has no glyph
+    for them: they are drawn as empty boxes) into the set it yields, filled when the block ends,
+    instead of matplotlib's warning for every glyph of every figure. Other warnings pass through."""
+    missing: set[str] = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield missing
+    for warning in caught:
+        found = MISSING_GLYPH.search(str(warning.message))
+        if found:
+            missing.add(chr(int(found[1])))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def wrap_title(text: str, width_in: float, font_pt: float) -> str:

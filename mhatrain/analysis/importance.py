@@ -394,7 +394,11 @@ def analyse_heads(
     atomic_write_json(paths[0], report)
     _plot_heads(report, analysis.gradient, analysis.normalised, paths[1], paths[2])
     _print_heads(report, console)
-    console.print(f"{seconds:.0f}s.  files: " + "  ".join(map(str, paths)), highlight=False, markup=False)
+    console.print(
+        f"judged {len(report['heads'])} heads in {seconds:.0f} s; files: " + "  ".join(map(str, paths)),
+        highlight=False,
+        markup=False,
+    )
     return report
 
 

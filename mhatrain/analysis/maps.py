@@ -32,7 +32,7 @@ from ..data.tokens import BOS, EOS
 from ..inference.search import cut_warning, source_ids, translate_ids
 from ..inference.trained import check_input_length, load_run
 from ..model.transformer import Attention, Transformer
-from .figures import attention_grid
+from .figures import attention_grid, missing_glyphs
 from .page import AttentionView, write_attention_html
 
 KINDS = ("enc-self", "dec-self", "cross")
@@ -238,7 +238,10 @@ def show_attention(
         "statistics": statistics_records(sm, layers),
         "maps": {k: json_maps(sm.maps[k][layers[k]]) for k in kinds},
     }
-    written = write_attention_files(sm, layers, report, stem)
+    with missing_glyphs() as missing:
+        written = write_attention_files(sm, layers, report, stem)
+    if missing:  # stderr, as the cut warning
+        print(glyph_note(missing, page_path), file=sys.stderr, flush=True)
     if page_path is not None:
         write_attention_page(sm, layers, page_path, f"{run_dir}, update {run.step}, beam {run.config.decode.beam}")
     _print_attention(sm, report["statistics"], console)
@@ -246,6 +249,15 @@ def show_attention(
     if page_path is not None:
         console.print(f"html: {page_path}", highlight=False, markup=False)
     return report
+
+
+def glyph_note(missing: set[str], page_path: Path | None) -> str:
+    """One line for characters the PNGs cannot show, naming the view that can."""
+    where = f": {page_path}" if page_path is not None else " (--html)"
+    return (
+        f"note: the PNGs' font has no glyph for {' '.join(sorted(missing))}, drawn as empty boxes; "
+        f"the HTML head view renders any script{where}"
+    )
 
 
 def axis_names(kind: str) -> tuple[str, str]:

@@ -6,7 +6,8 @@
 
 Each bench checks that the peers compute the same thing (where they can), warms every peer up,
 times them alternately, measures each peer's peak memory in a fresh process, and reports medians,
-quartiles, throughput, the ratio peer time / our time and PASS/MISS against the issue's targets.
+quartiles, throughput, the ratio peer time / our time and PASS/MISS against the issue's targets
+(not at --quick's toy sizes, which they are not set for).
 Modules: options (what to run), inputs (batches and sentences), peers (the models we compare
 against), timing (warm-up, alternation, order statistics), memory (peak memory in a fresh process),
 measure (one case: both of those for every peer), flops, report (tables, JSON, Markdown); and one
@@ -25,9 +26,13 @@ from .options import BENCHES, BenchOptions
 
 
 def run_benches(names: list[str], options: BenchOptions, log=print) -> list:
-    """Run the named benches in order (a list of report.BenchResult); `log` receives progress lines."""
+    """Run the named benches in order (a list of report.BenchResult, their targets judged unless
+    --quick); `log` receives progress lines."""
     _apply_threads(options)
-    return [importlib.import_module(f"{__name__}.{name}").run(options, log) for name in names]
+    results = [importlib.import_module(f"{__name__}.{name}").run(options, log) for name in names]
+    for result in results:
+        result.judge(applies=not options.quick)
+    return results
 
 
 def report_benches(names: list[str], options: BenchOptions, console, json_path=None, markdown_path=None) -> list:

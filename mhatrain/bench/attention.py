@@ -154,5 +154,4 @@ def run(options: BenchOptions, log) -> BenchResult:
         "a sample is forward + backward (input and weight gradients) of one self-attention "
         "layer with a key padding mask; ratio = peer median / our median"
     )
-    result.judge()
     return result

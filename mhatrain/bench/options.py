@@ -1,7 +1,8 @@
 """What a `mhatrain bench` run measures and how: the options shared by every bench.
 
 Defaults are per bench (attention samples are milliseconds, decode samples are minutes); `--quick`
-shrinks shapes, models and repetitions so that every bench runs in seconds (for tests and smoke runs).
+shrinks shapes, models and repetitions and leaves out the peak-memory processes (unless --memory), a
+smoke run of every part whose numbers do not speak for full size (no targets are judged).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class BenchOptions:
     heads: tuple[int, ...] = (1, 4, 8, 16, 32)  # attention
     beams: tuple[int, ...] = (1, 4)  # decode
     compile: bool = False
-    memory: bool = True
+    memory: bool | None = None  # None: measured, except with --quick (fresh processes cost seconds each)
     threads: int = 0  # 0: torch's default
     config: Path = DEFAULT_CONFIG
     overrides: tuple[str, ...] = ()  # --set section.key=value, applied to the config
@@ -51,6 +52,10 @@ class BenchOptions:
     batches: int | None = None  # train: batches per timed sample
     against: Path | None = None  # train, decode: another checkout whose step or search is the only peer (an A/B)
     seed: int = 1
+
+    def __post_init__(self):
+        if self.memory is None:
+            self.memory = not self.quick
 
     def load_config(self):
         """The config file with the --set overrides (data paths are checked where they are used)."""

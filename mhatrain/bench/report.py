@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from ..core.columns import unwrapped
 from ..core.files import atomic_write_text
 from .timing import Summary
 
@@ -64,6 +65,7 @@ class BenchResult:
     settings: dict
     rows: list[Row] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
+    judged: bool = False  # whether the targets were judged (not at --quick's toy sizes)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extra_columns: tuple[tuple[str, str, str], ...] = ()  # (metric key, header, format) shown per row
@@ -99,13 +101,19 @@ class BenchResult:
     def row(self, case: str, peer: str) -> Row | None:
         return next((r for r in self.rows if r.case == case and r.peer == peer), None)
 
-    def judge(self) -> None:
-        """Fill each target's value and PASS/MISS from the rows."""
+    def judge(self, applies: bool = True) -> None:
+        """Fill each target's value and PASS/MISS from the rows. The targets are set for the full-size
+        benches: at --quick's toy sizes (applies False) the values are filled but nothing is judged."""
+        self.judged = applies
         for target in self.targets:
             row = self.row(target.case, target.peer)
             value = None if row is None else (row.ratio if target.metric == "ratio" else row.metrics.get(target.metric))
             target.value = value
-            target.passed = None if value is None else value >= target.minimum
+            target.passed = None if value is None or not applies else value >= target.minimum
+        if self.targets and not applies:
+            self.notes.append(
+                "--quick: toy shapes and models, so no target is judged (they are set for the full-size bench)"
+            )
 
     def targets_of(self, row: Row) -> list[Target]:
         return [t for t in self.targets if t.case == row.case and t.peer == row.peer]
@@ -169,7 +177,7 @@ def _columns(result: BenchResult) -> list[str]:
     return (
         ["case", "peer", "median", "IQR", "min–max", unit, "vs ours", "peak MiB"]
         + [header for _, header, _ in result.extra_columns]
-        + ["target", "status"]
+        + (["target", "status"] if result.judged else [])
     )
 
 
@@ -188,9 +196,10 @@ def _cells(result: BenchResult, row: Row) -> list[str]:
     for key, _, fmt in result.extra_columns:
         value = row.metrics.get(key)
         cells.append("—" if value is None else format(value, fmt))
-    targets = result.targets_of(row)
-    cells.append("; ".join(t.label for t in targets))
-    cells.append("; ".join("—" if t.passed is None else ("PASS" if t.passed else "MISS") for t in targets))
+    if result.judged:
+        targets = result.targets_of(row)
+        cells.append("; ".join(t.label for t in targets))
+        cells.append("; ".join("—" if t.passed is None else ("PASS" if t.passed else "MISS") for t in targets))
     return cells
 
 
@@ -205,9 +214,8 @@ def print_result(result: BenchResult, console) -> None:
             table.add_section()
         previous = row.case
         cells = _cells(result, row)
-        status = cells[-1]
-        if status:
-            cells[-1] = status.replace("PASS", "[green]PASS[/]").replace("MISS", "[red]MISS[/]")
+        if result.judged:
+            cells[-1] = cells[-1].replace("PASS", "[green]PASS[/]").replace("MISS", "[red]MISS[/]")
         table.add_row(*cells)
     _print_wide(console, table)
     for check in result.checks:
@@ -218,9 +226,10 @@ def print_result(result: BenchResult, console) -> None:
 
 
 def _print_wide(console, table) -> None:
-    """In a log file (no terminal) print at the table's natural width, not squeezed into 80 columns."""
+    """In a log file (no terminal) print at the table's natural width, not squeezed into 80 columns,
+    unless $COLUMNS asks for a width (core.columns)."""
     width = console.width
-    if not console.is_terminal:
+    if unwrapped(console):
         console.width = max(width, console.measure(table, options=console.options.update_width(1000)).maximum)
     try:
         console.print(table)

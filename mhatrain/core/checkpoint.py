@@ -213,11 +213,46 @@ def open_run(run_dir: Path, which: str = "best", log=None, strict: bool = False)
         check_compatible(state, config, str(run_dir / name))  # config.yaml differs: so would every checkpoint
         for error in errors if log is not None else ():
             log(f"warning: {error}; using {name} instead")
+        if not errors and name != names[0] and log is not None:  # the asked-for file is not there yet
+            log(f"note: {run_dir} has no {names[0]} yet; using {name} (update {checkpoint_step(state)})")
         return config, state, tokenizer
     if errors:
         each = "; ".join(e.replace(f"{run_dir}{os.sep}", "", 1) for e in errors)  # the file names, not their paths
         raise CheckpointError(f"{run_dir}: no readable checkpoint: {each}")
-    raise CheckpointError(f"{run_dir}: no checkpoint yet (train it first)")
+    raise missing_checkpoint(run_dir, which)
+
+
+def checkpoint_step(state: dict) -> int:
+    """The update a checkpoint's weights are from."""
+    return int(state.get("progress", {}).get("step", 0))
+
+
+def missing_checkpoint(run_dir: Path, which: str) -> CheckpointError:
+    """The error for a `which` checkpoint that is not in the run directory, naming the ones that are
+    (with their updates) and the --checkpoint that picks them."""
+    wanted = CHECKPOINT_FILES[which][0]
+    there, options = [], []
+    for other, names in CHECKPOINT_FILES.items():
+        path = run_dir / names[0]
+        if other == which or not path.is_file():
+            continue
+        try:
+            there.append(f"{names[0]} of update {checkpoint_step(load_checkpoint(path)):,}")
+            options.append(other)
+        except CheckpointError:
+            there.append(f"{names[0]} (damaged)")
+    if not there and which != "averaged":
+        return CheckpointError(f"{run_dir}: no checkpoint yet (train it first)")
+    how = "written at the first validation" if which == "best" else "`mhatrain average` makes it"
+    message = f"{run_dir}: no {wanted} yet ({how})"
+    if there:
+        message += f"; {_listed(there)} {'is' if len(there) == 1 else 'are'} there"
+        message += f": --checkpoint {_listed(options, 'or')}" if options else ""
+    return CheckpointError(message)
+
+
+def _listed(items: list[str], last: str = "and") -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
 
 
 def config_differences(a: dict, b: dict) -> list[str]:

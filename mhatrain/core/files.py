@@ -23,7 +23,7 @@ def atomic_write(path: Path, write: Callable[[object], None], binary: bool = Fal
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise MhatrainError(f"cannot write to {path.parent}: {exc.strerror}") from None
+        raise MhatrainError(f"cannot write {path}: cannot create a file in {path.parent} ({exc.strerror})") from None
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it private; open() would follow the umask
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:

@@ -28,7 +28,7 @@ from pathlib import Path
 from .. import __version__
 from .files import atomic_write_json, read_json
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # mhatrain/, all of it: a change anywhere makes the code dirty
 PROVENANCE_FILE = "provenance.json"
 
 

@@ -226,9 +226,13 @@ def evaluate_run(
 def translate_lines(
     run_dir: Path, lines: list[str] | None, beam: int | None, alpha: float | None, overrides: list[str] = ()
 ) -> list[str]:
-    """Translate `lines` (or stdin when None) and print one translation per line."""
+    """Translate `lines` (or stdin when None) and print one translation per line. A blank line of stdin
+    gives a blank line, as in a file to translate (one output line per input line); a blank argument
+    is a mistake (an unset shell variable) and an error."""
     from_stdin = lines is None
     if from_stdin:
+        if sys.stdin.isatty():  # else a user who typed only `mhatrain translate RUN` sees a command that hangs
+            _warn("reading sentences from the terminal, one per line; Ctrl-D ends the input and translates them")
         lines = []
         for number, raw in enumerate(sys.stdin.buffer, 1):
             try:
@@ -237,13 +241,15 @@ def translate_lines(
                 raise MhatrainError(f"stdin line {number}: not valid UTF-8 (byte {exc.start})") from None
     for number, line in enumerate(lines, 1):
         where = f"stdin line {number}" if from_stdin else f"argument {number}"
-        if not line.strip():
+        if not line.strip() and not from_stdin:
             raise MhatrainError(f"{where}: empty input, nothing to translate")
         check_input_length(line, where)
     if not lines:
         raise MhatrainError("no input: give sentences as arguments or on stdin")
     run = load_run(run_dir, overrides=overrides)
-    outputs = translate_with(run, lines, beam, alpha)
+    sentences = [line for line in lines if line.strip()]
+    translated = iter(translate_with(run, sentences, beam, alpha) if sentences else [])
+    outputs = [next(translated) if line.strip() else "" for line in lines]
     for text in outputs:
         print(text, flush=True)
     return outputs

@@ -231,6 +231,7 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
     cmap = matplotlib_colormap(len(groups) if groups is not None else len(curves))
     for ax, (key, label, scale) in zip(axes, CURVE_PANELS):
         lines: list[list[float]] = []  # every drawn series, for the zoom
+        steps_of: list[list[int]] = []  # the updates of each series in `lines`
         if groups is not None:
             for i, (h, group) in enumerate(groups.items()):
                 band = group[key]
@@ -241,6 +242,7 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
                     for edge in (band["low"], band["high"]):
                         ax.plot(band["steps"], edge, color=cmap[i], linewidth=0.6, alpha=0.6, linestyle=(0, (4, 2)))
                     lines += [band["low"], band["high"]]
+                steps_of += [band["steps"]] * (3 if n > 1 else 1)
                 if key != "train_loss":
                     best = [b for b in group["best"] if b is not None]
                     index = 1 if key == "valid_bleu" else 2
@@ -251,6 +253,7 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
                 values = curve.train_loss_smoothed() if key == "train_loss" else getattr(curve, key)
                 ax.plot(steps, values, color=cmap[i], label=curve.name)
                 lines.append(values)
+                steps_of.append(steps)
                 best = curve.best()
                 if best is not None and key != "train_loss":
                     ax.scatter(
@@ -264,6 +267,8 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
             top = zoom_top(lines, CURVE_ZOOM[key])
             if top is not None:
                 ax.set_ylim(top=min(ax.get_ylim()[1], top))
+                if (note := cut_note(steps_of, lines, top)) is not None:
+                    ax.text(0.98, 0.98, note, transform=ax.transAxes, ha="right", va="top", fontsize=7, color="dimgrey")
         ax.set_xlabel("update")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -276,6 +281,19 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
     axes[0].legend(handles, labels, fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)
     return fig, width, height
+
+
+def cut_note(steps_of: list[list[int]], lines: list[list[float | None]], top: float) -> str | None:
+    """What a zoomed axis leaves out, said on the panel: the values above `top` and until which update."""
+    above = [
+        (step, v) for steps, line in zip(steps_of, lines) for step, v in zip(steps, line) if v is not None and v > top
+    ]
+    if not above:
+        return None
+    return (
+        f"axis cut at {top:.3g}: values up to {max(v for _, v in above):.3g}\n"
+        f"(until update {max(step for step, _ in above):,}) lie above it"
+    )
 
 
 def zoom_top(lines: list[list[float | None]], factor: float) -> float | None:

@@ -9,12 +9,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
+from ..training.progress import clock
 from .record import Point
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class GridDisplay:
@@ -64,7 +60,7 @@ class GridDisplay:
         now = time.monotonic()
         left = self.total - self.done - self.failed - len(self.running)
         remaining = left * mean + sum(max(0.0, mean - (now - start)) for start in self.running.values())
-        return _clock(remaining / max(1, min(self.jobs, left + len(self.running))))
+        return clock(remaining / max(1, min(self.jobs, left + len(self.running))))
 
     def start(self, point: Point, where: str = "", resumed: bool = False) -> None:
         with self._lock:
@@ -91,9 +87,9 @@ class GridDisplay:
             if point.name in self.point_tasks:
                 self.progress.remove_task(self.point_tasks.pop(point.name))
             word = "done" if ok else "[bold red]failed[/]"
-            took = _clock(wall)
+            took = clock(wall)
             if point.name in self.resumed:
-                took += f" (resumed; {_clock(seconds)} in all its sessions)" if seconds else " (resumed)"
+                took += f" (resumed; {clock(seconds)} in all its sessions)" if seconds else " (resumed)"
             self.console.print(
                 f"[bold]grid[/] {point.name} {word} in {took}{': ' + outcome if outcome else ''} — {self.summary()}",
                 highlight=False,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..core import provenance
@@ -48,7 +47,6 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     notes += _settings_notes(study_dir, runs)
     return {
         "study_dir": study_dir.name,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "grid": grid,
         "baseline_heads": BASELINE_HEADS,
         "runs_done": sum(r.status == "done" for r in runs),

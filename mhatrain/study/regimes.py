@@ -22,7 +22,6 @@ import csv
 import io
 import statistics
 import textwrap
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -217,7 +216,6 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
     }
     return {
         "study_dir": study_dir.name,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "factors": record.get("factors") or {},
         "heads": heads,
         "seeds": seeds,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..core.columns import unwrapped
 from .grid_report import build_report, write
 from .regimes import is_varied, report_varied_study
 from .significance import BOOTSTRAP_SAMPLES
@@ -31,5 +32,5 @@ def report_study(study_dir: Path, console: Console, n_samples: int = BOOTSTRAP_S
     report = build_report(Path(study_dir), n_samples)
     paths = write(report, Path(study_dir))
     show(report, console)
-    console.print("report: " + "  ".join(str(p) for p in paths), highlight=False, soft_wrap=not console.is_terminal)
+    console.print("report: " + "  ".join(str(p) for p in paths), highlight=False, soft_wrap=unwrapped(console))
     return report

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core import provenance
+from ..core.columns import asked_columns, unwrapped
 from .comparison import BASELINE_HEADS
 from .heads_table import COMPACT_HEADERS, SHORT_HEADERS, compact_cells, row_cells, status_line
 from .tables import signed
@@ -34,11 +35,13 @@ LOG_WIDTH = 330  # a log file or a pipe has no width to respect: the full table,
 
 def show(report: dict, console: Console) -> None:
     """The report on the console: in a terminal, a table of the six columns that tell the h apart (any
-    width keeps every h visible); in a log file or a pipe, which have no width to respect, the full table."""
-    compact = console.is_terminal
+    width keeps every h visible); in a log file or a pipe, the full table, unless $COLUMNS asks for a
+    width it does not fit in (core.columns)."""
+    columns = asked_columns()
+    compact = console.is_terminal or (columns is not None and _width(_heads_table(report, False)) > columns)
 
-    def say(text: str) -> None:  # in a terminal, prose wraps between words at the terminal's width
-        console.print(text, highlight=False, soft_wrap=not compact)
+    def say(text: str) -> None:  # in a terminal (or at $COLUMNS), prose wraps between words at its width
+        console.print(text, highlight=False, soft_wrap=unwrapped(console))
 
     table = _heads_table(report, compact)
     if compact:
@@ -54,6 +57,11 @@ def show(report: dict, console: Console) -> None:
     say(provenance.summary_line(report["provenance"]))
     for note in report["notes"]:
         say(f"note: {note}")
+
+
+def _width(table: Table) -> int:
+    """The table's natural width, unwrapped."""
+    return Console(width=LOG_WIDTH, color_system=None).measure(table).maximum
 
 
 def _heads_table(report: dict, compact: bool) -> Table:

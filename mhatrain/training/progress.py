@@ -1,15 +1,25 @@
 """The training progress display: a rich progress bar with loss, learning rate, tokens/s and ETA,
-plus one printed line per logged update or validation (readable in log files too)."""
+plus one printed line per logged update or validation. The lines say how far along the run is (update
+N of M, ETA) themselves, for a log file or a SLURM job's output, where there is no bar."""
 
 from __future__ import annotations
+
+import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
+def clock(seconds: float) -> str:
+    """A duration as h:mm:ss."""
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 class TrainDisplay:
     def __init__(self, console: Console | None, total: int, start: int):
         self.console = console or Console()
+        self.total, self.start, self.started = total, start, time.monotonic()
         self.progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -44,14 +54,22 @@ class TrainDisplay:
         if record["kind"] == "train":
             self.progress.update(self.task, tps=f"{record['tokens_per_s']:.0f}")
             line = (
-                f"update {record['step']:>6}  epoch {record['epoch']:>3}  loss {record['loss']:.3f}  "
-                f"lr {record['lr']:.2e}  |g| {record['grad_norm']:.2f}  padding {record['padding']:.0%}  "
-                f"{record['tokens_per_s']:.0f} tok/s"
+                f"update {record['step']:>{len(str(self.total))}} of {self.total}  epoch {record['epoch']:>3}  "
+                f"loss {record['loss']:.3f}  lr {record['lr']:.2e}  |g| {record['grad_norm']:.2f}  "
+                f"padding {record['padding']:.0%}  {record['tokens_per_s']:.0f} tok/s  ETA {self.eta(record['step'])}"
             )
         else:
             bleu = f"  BLEU {record['valid_bleu']:.2f}" if "valid_bleu" in record else ""
             line = (
-                f"[bold]valid[/] update {record['step']:>6}  loss {record['valid_loss']:.3f}  "
+                f"[bold]valid[/] update {record['step']:>{len(str(self.total))}} of {self.total}  loss {record['valid_loss']:.3f}  "
                 f"ppl {record['valid_ppl']:.2f}{bleu}  ({record['valid_seconds']:.0f}s){'  *best*' if record['best'] else ''}"
             )
         self.console.print(line, highlight=False)
+
+    def eta(self, step: int) -> str:
+        """Time to the last update at this session's pace so far, validations included (the run may stop
+        earlier: train.patience)."""
+        done = step - self.start
+        if done <= 0:
+            return "—"
+        return clock((time.monotonic() - self.started) / done * max(0, self.total - step))
