@@ -175,3 +175,27 @@ def test_settled_means_the_same_open_count_over_the_whole_window():
     assert settled(history, 80, 40) == 80  # 7 open at 40, 60 and 80
     assert settled(history, 60, 40) is None  # 8 at 20, 7 at 60
     assert settled(history, 100, 40) is None  # nothing logged at 100 yet
+
+
+def test_a_window_at_a_time_trains_as_one_uninterrupted_run(tmp_path, pruned, tiny_run):
+    """The λ runs resume between windows, so comparing a killed prune with an uninterrupted one cannot see a
+    resume that differs from going on: one `train` of as many updates from the same weights must give the
+    same weights, Adam moments and random state (validation, which the windows add, changes none of them)."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from mhatrain.study.prune import PrunePlan, run_config
+    from mhatrain.training.loop import train
+
+    out, _ = pruned
+    updates = report_runs(out)[1.0]["updates"]
+    plan = PrunePlan(tiny_run, out, [1.0], 40, 120, 200, list(SETS))
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    shutil.copyfile(tiny_run / "spm.model", whole / "spm.model")
+    train(run_config(plan, 1.0, updates), whole, console=Console(file=io.StringIO()), init_from=plan.checkpoint)
+    a, b = load_checkpoint(whole / "last.pt"), load_checkpoint(out / "l0=1" / "last.pt")
+    for key in ("model", "optimizer", "rng"):
+        assert_identical(a[key], b[key], key)
