@@ -166,15 +166,16 @@ def test_a_source_without_a_selected_checkpoint_is_refused(tmp_path, tiny_run):
     assert_clean_error(run_cli("prune", str(tmp_path / "none"), "--out", str(tmp_path / "p")), "not a run directory")
 
 
-def rec(step, counts):
-    return {"step": step, "open_heads": {"enc_self": counts}}
+def rec(step, counts, p=0.98):
+    return {"step": step, "open_heads": {"enc_self": counts}, "p_open": {"enc_self": [[p, 0.01], [0.9, 0.0]]}}
 
 
-def test_settled_means_the_same_open_count_over_the_whole_window():
-    history = [rec(20, [4, 4]), rec(40, [4, 3]), rec(60, [4, 3]), rec(80, [4, 3])]
-    assert settled(history, 80, 40) == 80  # 7 open at 40, 60 and 80
-    assert settled(history, 60, 40) is None  # 8 at 20, 7 at 60
-    assert settled(history, 100, 40) is None  # nothing logged at 100 yet
+def test_settled_means_the_same_open_count_and_still_gates_over_the_whole_window():
+    history = [rec(20, [2, 2]), rec(40, [2, 1]), rec(60, [2, 1]), rec(80, [2, 1], 0.97), rec(100, [2, 1], 0.9)]
+    assert settled(history, 80, 40) == 80  # 3 open at 40, 60 and 80; P(open) moved by 0.01 < 0.02
+    assert settled(history, 60, 40) is None  # 4 at 20, 3 at 60
+    assert settled(history, 100, 40) is None  # the count held, but a gate moved from 0.98 to 0.9
+    assert settled(history, 120, 40) is None  # nothing logged at 120 yet
 
 
 def test_a_window_at_a_time_trains_as_one_uninterrupted_run(tmp_path, pruned, tiny_run):

@@ -17,7 +17,9 @@ its provenance.json names the checkpoint (init_from). It then trains in chunks o
 run stops if its gates have settled, else train.max_steps grows by a window, up to --max-updates.
 
 Settled at update b ≥ --min-updates: the number of open heads (evaluation gate > 0, the heads a pruned
-model keeps) is the same at every logged update of the last window [b − window, b]. The floor is there
+model keeps) is the same at every logged update of the last window [b − window, b], and no head's P(open)
+moved by SETTLE_TOLERANCE or more across it (a gate on its way moves: log α changes by about the
+learning rate per update). The floor is there
 because every gate starts open with room to spare (log α = 3, model/gates.py) and log α moves by about
 the learning rate per update: for hundreds of updates no count changes, though the gates have not
 settled but not yet moved. Whether a run settled, and where, is a function of its metrics records, so a
@@ -58,6 +60,7 @@ OUTCOME_FILE = "outcome.json"  # in a λ run directory, once it is trained, eval
 PRUNED_DIR = "pruned"
 SPLIT = "test"
 WHICH = "last"  # the checkpoint a λ run is evaluated and pruned at: its settled gates
+SETTLE_TOLERANCE = 0.02  # a settled head's P(open) moves less than this over a window
 MAX_EPOCHS = 1_000_000  # the fine-tune stops on --max-updates or settled gates, never on epochs
 # Keys the prune command sets itself in every λ run: a --set may not give them.
 OWN_KEYS = ("model.head_gates.l0", "train.max_steps", "train.max_epochs", "train.patience")
@@ -294,11 +297,19 @@ def open_total(record: dict) -> int:
 
 
 def settled(history: list[dict], step: int, window: int) -> int | None:
-    """`step` if the open-head count is the same at every logged update in [step − window, step] (and
-    one is logged at `step`), else None."""
-    counts = [open_total(r) for r in history if step - window <= r["step"] <= step]
-    logged = any(r["step"] == step for r in history)
-    return step if logged and counts and max(counts) - min(counts) < 1 else None
+    """`step` if the open-head count is the same at every logged update in [step − window, step] (`step`
+    itself logged) and no head's P(open) moved by SETTLE_TOLERANCE or more from the first of them to
+    `step`, else None."""
+    records = [r for r in history if step - window <= r["step"] <= step]
+    if not records or records[-1]["step"] != step:
+        return None
+    counts = [open_total(r) for r in records]
+    moved = max(abs(a - b) for a, b in zip(_p_open(records[0]), _p_open(records[-1])))
+    return step if max(counts) - min(counts) < 1 and moved < SETTLE_TOLERANCE else None
+
+
+def _p_open(record: dict) -> list[float]:
+    return [p for kind in record["p_open"] for layer in record["p_open"][kind] for p in layer]
 
 
 def _outcome(plan: PrunePlan, l0: float, settled_at: int | None, test: dict) -> dict:
