@@ -322,6 +322,30 @@ def ablate(
 
 
 @app.command()
+def prune(
+    run_dir: Path = typer.Argument(..., help="Run directory of a trained model: every λ starts from its best.pt."),
+    l0: str = typer.Option("0,0.01,0.03,0.1,0.3", "--l0", help="L0 penalties λ, one fine-tuned run each."),
+    out: Path | None = typer.Option(None, "--out", help="Prune directory (default: RUN_DIR-prune)."),
+    window: int = typer.Option(
+        200, "--window", help="Gates have settled when the open-head count stays the same over this many updates."
+    ),
+    min_updates: int = typer.Option(
+        2000, "--min-updates", help="No λ run counts as settled before this update (its gates need time to move)."
+    ),
+    max_updates: int = typer.Option(
+        20000, "--max-updates", help="Stop a λ run here even if its gates have not settled (a multiple of --window)."
+    ),
+    set_: SetOption = None,
+):
+    """Learned head gates (Voita et al. 2019): fine-tune RUN_DIR per L0 penalty until its gates settle,
+    evaluate, cut the closed heads out, report. Rerun the same command to continue."""
+    from .study.prune import PrunePlan, parse_l0s, run_prune
+
+    target = out if out is not None else run_dir.with_name(run_dir.name + "-prune")
+    run_prune(PrunePlan(run_dir, target, parse_l0s(l0), window, min_updates, max_updates, set_ or []), console)
+
+
+@app.command()
 def report(
     study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
 ):

@@ -338,3 +338,50 @@ def matplotlib_colormap(n: int) -> list:
     if n <= 10:
         return [colormaps["tab10"](i) for i in range(n)]
     return [colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
+
+
+def gate_maps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str) -> None:
+    """Learned head gates: one row per run (a penalty λ), one [L, H] panel per attention kind, each head
+    coloured by its P(open) on one fixed scale from 0 (closed for good) to 1."""
+    kinds = list(rows[0][1])
+    max_layers = max(np.asarray(rows[0][1][kind]).shape[0] for kind in kinds)
+    H = max(np.asarray(rows[0][1][kind]).shape[1] for kind in kinds)
+    map_w, map_h = max(2.0, 0.3 * H), max(0.8, 0.3 * max_layers)
+    left, right, top, bottom = 0.6, 0.85, 0.35, 0.55
+    panel_w, panel_h = left + map_w + right, top + map_h + bottom
+    width = panel_w * len(kinds)
+    suptitle = wrap_title(f"{title}\ncolour: P(open) of each head, 0 (closed) to 1", width, 10)
+    header = 0.2 + (suptitle.count("\n") + 1) * 10 * 1.3 / 72
+    height = panel_h * len(rows) + header
+    fig = Figure(figsize=(width, height))
+    for r, (name, values) in enumerate(rows):
+        for c, kind in enumerate(kinds):
+            x0, y0 = c * panel_w + left, height - header - r * panel_h - top - map_h
+            ax = fig.add_axes((x0 / width, y0 / height, map_w / width, map_h / height))
+            image = _heatmap_panel(ax, values[kind], f"{name}: {kind}", "Reds", 0.0, 1.0)
+        cax = fig.add_axes(((x0 + map_w + 0.1) / width, y0 / height, 0.12 / width, map_h / height))
+        fig.colorbar(image, cax=cax).ax.tick_params(labelsize=6)
+    fig.suptitle(suptitle, fontsize=10, y=1 - 0.12 / height, va="top")
+    save_figure(fig, path, width, height)
+
+
+def gate_trajectories(panels: list[tuple[str, list[int], dict[str, np.ndarray]]], path: Path, title: str) -> None:
+    """Each head's P(open) against updates: one panel per run, one line per head, coloured by its kind.
+
+    panels: (name, updates [N], {kind: [N, L, H] P(open)})."""
+    width, height = 6.4, 2.4 * len(panels) + 0.6
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
+    for ax, (name, steps, values) in zip(axes, panels):
+        for colour, (kind, series) in zip(matplotlib_colormap(len(values)), values.items()):
+            flat = np.asarray(series, dtype=np.float64).reshape(len(steps), -1)  # [N, L·H]
+            for i in range(flat.shape[1]):
+                ax.plot(steps, flat[:, i], color=colour, linewidth=0.8, alpha=0.7, label=kind if i == 0 else None)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("P(open)", fontsize=8)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[-1].set_xlabel("fine-tuning update")
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, path, width, height)

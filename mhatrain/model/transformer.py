@@ -281,6 +281,22 @@ class Transformer(nn.Module):
             return None
         return self.cfg.head_gates.l0 * torch.cat([g.p_open() for g in gates]).sum()
 
+    def gate_record(self) -> dict:
+        """The learned gates as a metrics record holds them: per gated kind, each layer's heads' P(gate ≠ 0)
+        in training (`p_open`, the L0 penalty's terms) and how many of its heads are open in evaluation
+        (`open_heads`: evaluation gate > 0, the heads a pruned model keeps), and how many of those are only
+        partly open (`partly_open`: 0 < gate < 1, a gate still on its way); {} without learned gates."""
+        p_open, open_heads, partly = {}, {}, {}
+        with torch.no_grad():
+            for kind in KINDS:
+                gates = [m.gate for m in self.attention_modules(kind) if m.gate is not None]
+                if gates:
+                    p_open[kind] = [[round(float(p), 5) for p in g.p_open()] for g in gates]
+                    values = [g.deterministic() for g in gates]
+                    open_heads[kind] = [int((v > 0).sum()) for v in values]
+                    partly[kind] = [int(((v > 0) & (v < 1)).sum()) for v in values]
+        return {"p_open": p_open, "open_heads": open_heads, "partly_open": partly} if p_open else {}
+
     def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
         src_mask = padding_mask(src, self.pad_id)

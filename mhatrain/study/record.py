@@ -567,8 +567,9 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def study_lock(study_dir: Path):
-    """One `ablate` at a time per study directory (the lock goes with the process, even on SIGKILL)."""
+def study_lock(study_dir: Path, command: str = "ablate"):
+    """One `ablate` (or `prune`: `command`) at a time per study directory (the lock goes with the
+    process, even on SIGKILL)."""
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
         handle = open(study_dir / LOCK_FILE, "a+")
@@ -578,7 +579,9 @@ def study_lock(study_dir: Path):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise MhatrainError(f"another `mhatrain ablate` is running on {study_dir}; wait for it to finish") from None
+            raise MhatrainError(
+                f"another `mhatrain {command}` is running on {study_dir}; wait for it to finish"
+            ) from None
         yield
     finally:
         handle.close()

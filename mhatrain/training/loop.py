@@ -30,6 +30,7 @@ from ..core.checkpoint import (
     check_compatible,
     checkpoint_state,
     drop_snapshots_after,
+    load_checkpoint,
     load_latest,
     remove_partial_writes,
     resume_accum_steps,
@@ -59,18 +60,29 @@ COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.compile (the t
 # ----------------------------------------------------------------------------- a run, start to end
 
 
-def train(config: Config, run_dir: Path, resume: bool = False, console=None, batch_change: str = "") -> dict:
+def train(
+    config: Config,
+    run_dir: Path,
+    resume: bool = False,
+    console=None,
+    batch_change: str = "",
+    init_from: Path | None = None,
+) -> dict:
     """Train (or resume) the run in `run_dir`; returns a summary dict.
 
     Under torchrun every process calls this. `batch_change` decides a resume that would change the
     tokens per update (another number of processes or train.accum_steps): "" refuses it, "keep"
-    adjusts train.accum_steps to keep them, "new" accepts the change.
+    adjusts train.accum_steps to keep them, "new" accepts the change. `init_from`: a checkpoint of
+    another run whose weights a new run starts from (a fine-tune: its optimiser and progress start
+    afresh; see init_weights); a resume continues from the run's own checkpoint and ignores it.
     """
     with process_group(config.train.device, config.train.dist_backend) as procs:
-        return _train(config, Path(run_dir), resume, console, batch_change, procs)
+        return _train(config, Path(run_dir), resume, console, batch_change, procs, init_from)
 
 
-def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: str, procs: Group) -> dict:
+def _train(
+    config: Config, run_dir: Path, resume: bool, console, batch_change: str, procs: Group, init_from: Path | None = None
+) -> dict:
     """`train` in this process: check the run directory, prepare the data, build or restore the model,
     run the updates (TrainingLoop), write the summary."""
     if not procs.is_main:
@@ -86,6 +98,8 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
     random.seed(t.seed)
     prepared = _prepare_on_every_rank(config, run_dir, procs, log)
     model, optimizer, scaler, state = _build_or_resume(config, prepared, last, run_dir, procs, log)
+    if last is None and init_from is not None:
+        init_weights(model, init_from, prepared.tokenizer.fingerprint(), log)
     n_params = count_parameters(model)
     _log_setup(n_params, t, procs, log)
     if state.finished:
@@ -93,7 +107,12 @@ def _train(config: Config, run_dir: Path, resume: bool, console, batch_change: s
         return _summary(state, n_params, run_dir)
     if procs.is_main:  # a resumed run appends a session: it may continue on another machine
         session = provenance.session(
-            procs.device, prepared.sources, run_dir / TOKENIZER_FILE, resumed=last is not None, processes=procs.world
+            procs.device,
+            prepared.sources,
+            run_dir / TOKENIZER_FILE,
+            resumed=last is not None,
+            processes=procs.world,
+            **({"init_from": str(Path(init_from).resolve())} if init_from is not None else {}),
         )
         provenance.record_session(run_dir, session)
     loop = TrainingLoop(config, run_dir, procs, prepared, model, optimizer, scaler, state, log)
@@ -200,6 +219,23 @@ def _build_or_resume(
         truncate_metrics(run_dir, state.step)
         drop_snapshots_after(run_dir, state.step)
     return model, optimizer, scaler, state
+
+
+def init_weights(model: Transformer, path: Path, vocab_fingerprint: str, log) -> None:
+    """Start `model` from the weights of checkpoint `path` (another run's, same vocabulary). Every weight
+    must be there and fit, except the learned head gates that the checkpoint's model lacks: those keep
+    their initial value (every head open)."""
+    state = load_checkpoint(path)
+    if state.get("vocab_fingerprint") != vocab_fingerprint:
+        raise CheckpointError(f"{path}: made with another vocabulary than this run's tokenizer")
+    try:
+        missing, unexpected = model.load_state_dict(state["model"], strict=False)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: its weights do not fit this model ({str(exc).splitlines()[0]})") from None
+    missing = [k for k in missing if not k.endswith(".gate.log_alpha")]
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: its weights do not fit this model ({', '.join([*missing, *unexpected][:3])})")
+    log(f"weights from {path} (update {state.get('progress', {}).get('step', 0)}); optimiser and schedule start afresh")
 
 
 def _log_setup(n_params: int, t: TrainConfig, procs: Group, log) -> None:
@@ -400,6 +436,7 @@ class TrainingLoop:
             "epoch": epoch,
             **stats,
             "tokens_per_s": round(self.state.target_tokens / max(seconds, 1e-9), 1),
+            **self.model.gate_record(),  # learned head gates: each head's P(open) over updates
         }
         if self.procs.is_main:
             self.metrics.write(record)

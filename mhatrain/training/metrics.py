@@ -42,6 +42,13 @@ def validated_at(run_dir: Path, step: int) -> bool:
     return False
 
 
+def gate_history(run_dir: Path) -> list[dict]:
+    """The train records that hold learned head gates (p_open, open_heads: Transformer.gate_record), in
+    update order."""
+    records = [r for r in read_jsonl(Path(run_dir) / METRICS_FILE) if r.get("kind") == "train" and "open_heads" in r]
+    return sorted(records, key=lambda r: r["step"])
+
+
 def truncate_metrics(run_dir: Path, step: int) -> None:
     """Drop records written after the checkpoint we resume from (they will be written again)."""
     path = run_dir / METRICS_FILE

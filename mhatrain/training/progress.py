@@ -58,6 +58,10 @@ class TrainDisplay:
                 f"loss {record['loss']:.3f}  lr {record['lr']:.2e}  |g| {record['grad_norm']:.2f}  "
                 f"padding {record['padding']:.0%}  {record['tokens_per_s']:.0f} tok/s  ETA {self.eta(record['step'])}"
             )
+            if "open_heads" in record:  # learned head gates
+                opened = sum(sum(layers) for layers in record["open_heads"].values())
+                heads = sum(len(p) for layers in record["p_open"].values() for p in layers)
+                line += f"  open heads {opened}/{heads}"
         else:
             bleu = f"  BLEU {record['valid_bleu']:.2f}" if "valid_bleu" in record else ""
             line = (

@@ -1,0 +1,107 @@
+"""The report of a prune directory (prune.py): per penalty λ, the open heads per kind and layer, the
+test BLEU, chrF and cross-entropy of the gated model at its last checkpoint, the pruned run's size, and
+whether and where its gates settled; report.md, report.json, gate-maps.png (each head's final P(open))
+and gate-trajectories.png (P(open) over the fine-tuning updates).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from ..analysis.figures import gate_maps, gate_trajectories
+from ..core.files import atomic_write_json, atomic_write_text
+
+REPORT_MD, REPORT_JSON = "report.md", "report.json"
+GATE_MAPS, TRAJECTORIES = "gate-maps.png", "gate-trajectories.png"
+
+
+def write_report(
+    out: Path, record: dict, outcomes: list[dict], histories: list[list[dict]], pending: list[str], console: Console
+) -> dict:
+    """Write report.json and report.md of prune directory `out` and draw its figures; print the table.
+    record: its prune.yaml; outcomes: the finished λ runs' outcome.json, with their gate records
+    (`histories`, training.metrics.gate_history); pending: the λ runs not finished yet."""
+    out = Path(out)
+    report = {
+        "source": record.get("source"),
+        "checkpoint": record.get("checkpoint"),
+        "window": record.get("window"),
+        "min_updates": record.get("min_updates"),
+        "max_updates": record.get("max_updates"),
+        "overrides": record.get("overrides", []),
+        "runs": outcomes,
+        "pending": pending,
+    }
+    atomic_write_json(out / REPORT_JSON, report)
+    lines = report_lines(report)
+    if outcomes:
+        _draw(out, outcomes, histories)
+        lines += ["", f"![gate maps]({GATE_MAPS})", "", f"![P(open) over updates]({TRAJECTORIES})"]
+    atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
+    console.print("\n".join(table_lines(outcomes)), highlight=False)
+    console.print(f"report: {out / REPORT_MD}  {out / REPORT_JSON}", highlight=False)
+    return report
+
+
+def report_lines(report: dict) -> list[str]:
+    """report.md: what was fine-tuned, how settled is defined, and the table."""
+    lines = [
+        "# Learned head gates: one fine-tune per L0 penalty λ",
+        "",
+        f"Source: `{report['source']}` ({report['checkpoint']}); every λ run starts from its weights with all "
+        f"gates open, a fresh optimiser and schedule{_sets(report['overrides'])}.",
+        f"Settled: the number of open heads (evaluation gate > 0) is the same at every logged update of the "
+        f"last {report['window']} updates, from update {report['min_updates']} on; each run stops there, or at "
+        f"{report['max_updates']} updates. "
+        "BLEU, chrF and cross-entropy (nats per target token, no label smoothing) are the test split's, of the "
+        "gated model at its last checkpoint, which the pruned run computes too.",
+        "",
+        *table_lines(report["runs"]),
+    ]
+    if report["pending"]:
+        lines += ["", f"Not finished yet: {', '.join(report['pending'])} (run the same `mhatrain prune` again)."]
+    return lines
+
+
+def _sets(overrides: list[str]) -> str:
+    return f", with {', '.join(f'`--set {item}`' for item in overrides)}" if overrides else ""
+
+
+def table_lines(outcomes: list[dict]) -> list[str]:
+    """One row per λ: its updates and where the gates settled, the open heads of each kind layer by layer
+    (bottom first) and in all, the test scores, and the parameters before and after pruning."""
+    kinds = list(outcomes[0]["open_heads"]) if outcomes else []
+    header = ["λ", "updates", "settled at", *kinds, "open", "BLEU", "chrF", "test CE", "parameters → pruned"]
+    rows = [
+        [
+            f"{o['l0']:g}",
+            str(o["updates"]),
+            str(o["settled_at"]) if o["settled_at"] is not None else "not settled",
+            *(" ".join(map(str, o["open_heads"][kind])) for kind in kinds),
+            f"{o['open_total']}/{o['heads_total']}",
+            f"{o['test']['bleu']:.2f}",
+            f"{o['test']['chrf']:.2f}",
+            f"{o['test']['cross_entropy']:.4f}",
+            f"{o['parameters']:,} → {o['pruned']['parameters']:,}",
+        ]
+        for o in outcomes
+    ]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _draw(out: Path, outcomes: list[dict], histories: list[list[dict]]) -> None:
+    names = [f"λ = {o['l0']:g}" for o in outcomes]
+    maps = [(name, {kind: np.asarray(p) for kind, p in o["p_open"].items()}) for name, o in zip(names, outcomes)]
+    gate_maps(maps, out / GATE_MAPS, "Learned head gates after fine-tuning, per penalty λ (layer × head)")
+    panels = []
+    for name, o, history in zip(names, outcomes, histories):
+        steps = [r["step"] for r in history]
+        panels.append((name, steps, {kind: np.asarray([r["p_open"][kind] for r in history]) for kind in o["p_open"]}))
+    gate_trajectories(panels, out / TRAJECTORIES, "P(open) of every head over the fine-tuning updates")

@@ -1,0 +1,202 @@
+"""`mhatrain prune`: learned head gates fine-tuned from a trained run, one run per L0 penalty, until the
+gates settle; evaluated, pruned and reported; resumable, locked, and exact after kill -9.
+
+The tiny run's gates start at P(open) ≈ 0.98 and move by about the learning rate per update, so these
+runs use a high learning rate (train.lr_factor=3): λ = 1 closes every head within ~100 updates, λ = 0
+closes none. What is measured is the machinery, not a good pruned model.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+
+from mhatrain.core.checkpoint import load_checkpoint
+from mhatrain.inference.trained import load_run
+from mhatrain.model.pruning import pruned_layout
+from mhatrain.study.prune import settled
+from mhatrain.study.record import study_lock
+
+from .conftest import assert_clean_error, run_cli, set_args
+from .test_crash import assert_identical, metric_records
+
+SETTINGS = ("--window", "40", "--min-updates", "120", "--max-updates", "200")
+SETS = ("train.lr_factor=3", "train.warmup_steps=20")
+
+
+def prune_argv(source, out, l0="0,1", *more):
+    return ["prune", str(source), "--l0", l0, "--out", str(out), *SETTINGS, *set_args(*SETS), *more]
+
+
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory, tiny_run):
+    out = tmp_path_factory.mktemp("prune") / "p"
+    result = run_cli(*prune_argv(tiny_run, out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, result
+
+
+def report_runs(out):
+    return {run["l0"]: run for run in json.loads((out / "report.json").read_text())["runs"]}
+
+
+def test_prune_fine_tunes_each_penalty_and_a_large_one_closes_more_heads(pruned, tiny_run):
+    out, result = pruned
+    runs = report_runs(out)
+    assert set(runs) == {0.0, 1.0}
+    assert runs[0.0]["open_total"] == runs[0.0]["heads_total"] == 24  # 2 layers × 3 kinds × 4 heads
+    assert runs[1.0]["open_total"] < runs[0.0]["open_total"]
+    assert runs[0.0]["settled_at"] == 120  # nothing moves without a penalty: settled at the first check
+    assert runs[1.0]["settled_at"] > 120  # heads closed in the window before: it went on until the count held
+    for run in runs.values():
+        assert set(run["test"]) >= {"bleu", "chrf", "cross_entropy"} and run["test"]["cross_entropy"] > 0
+        assert run["open_heads"].keys() == {"enc_self", "dec_self", "cross"}
+    # The table is in report.md and on the console, with both figures.
+    report = (out / "report.md").read_text()
+    assert "| λ | updates | settled at |" in report and "| 1 | " in report and "open" in result.stdout
+    assert (out / "gate-maps.png").stat().st_size > 0 and (out / "gate-trajectories.png").stat().st_size > 0
+
+
+def test_each_run_starts_from_the_source_weights_with_a_fresh_optimiser(pruned, tiny_run):
+    out, _ = pruned
+    sessions = json.loads((out / "l0=1" / "provenance.json").read_text())["sessions"]
+    assert sessions[0]["init_from"] == str((tiny_run / "best.pt").resolve())
+    first = next(json.loads(line) for line in (out / "l0=0" / "metrics.jsonl").read_text().splitlines())
+    trained = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    last_train_loss = [r["loss"] for r in trained if r["kind"] == "train"][-1]
+    assert first["step"] == 1 and first["loss"] < 2 * last_train_loss  # a trained model, not a new one (~4)
+
+
+def test_p_open_of_every_head_is_recorded_over_updates(pruned):
+    out, _ = pruned
+    records = [json.loads(line) for line in (out / "l0=1" / "metrics.jsonl").read_text().splitlines()]
+    gated = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in gated] == [1, *range(20, runs_updates(out, 1.0) + 1, 20)]
+    assert all(len(r["p_open"]["cross"]) == 2 and len(r["p_open"]["cross"][0]) == 4 for r in gated)
+    assert gated[0]["p_open"]["enc_self"][0][0] > 0.9 > gated[-1]["p_open"]["enc_self"][0][0]
+
+
+def runs_updates(out, l0):
+    return report_runs(out)[l0]["updates"]
+
+
+def test_the_pruned_run_keeps_the_open_heads_and_loads(pruned):
+    out, _ = pruned
+    runs = report_runs(out)
+    gated = load_run(out / "l0=1", "last", strict=True)
+    assert runs[1.0]["pruned"]["heads_per_layer"] == {k: list(v) for k, v in vars(pruned_layout(gated.model)).items()}
+    assert runs[1.0]["pruned"]["heads_per_layer"] == runs[1.0]["open_heads"]
+    assert runs[1.0]["pruned"]["parameters"] < runs[0.0]["pruned"]["parameters"]
+    assert load_run(out / "pruned" / "l0=1", "best", strict=True).config.model.head_gates is None
+
+
+def test_a_rerun_skips_finished_penalties(pruned, tiny_run):
+    out, _ = pruned
+    before = {p: p.read_bytes() for p in out.glob("l0=*/outcome.json")}
+    last = load_checkpoint(out / "l0=1" / "last.pt")
+    result = run_cli(*prune_argv(tiny_run, out))
+    assert result.returncode == 0, result.stderr
+    assert "2 of 2 λ runs already finished: skipped" in result.stdout
+    assert "fine-tuning" not in result.stdout and "resuming" not in result.stdout
+    assert {p: p.read_bytes() for p in out.glob("l0=*/outcome.json")} == before
+    assert_identical(load_checkpoint(out / "l0=1" / "last.pt"), last)
+
+
+def test_a_second_copy_is_refused_with_one_line(pruned, tiny_run):
+    out, _ = pruned
+    with study_lock(out, "prune"):
+        result = run_cli(*prune_argv(tiny_run, out))
+    assert_clean_error(result, "another `mhatrain prune` is running on", str(out))
+
+
+@pytest.mark.parametrize("fault", ["update:50", "update:130"])  # in the 2nd window; in the 3rd, after a head closed
+def test_kill_9_then_rerun_gives_the_uninterrupted_result(tmp_path, pruned, tiny_run, fault):
+    reference, _ = pruned
+    out = tmp_path / "p"
+    killed = run_cli(*prune_argv(tiny_run, out, "1"), env={"MHATRAIN_FAULT": fault})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    resumed = run_cli(*prune_argv(tiny_run, out, "1"))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming at update" in resumed.stdout
+    run, ref = out / "l0=1", reference / "l0=1"
+    for name in ("last.pt", "best.pt"):
+        assert_identical(load_checkpoint(run / name), load_checkpoint(ref / name), name)
+    assert metric_records(run) == metric_records(ref)
+    gates = [json.loads(line).get("p_open") for line in (run / "metrics.jsonl").read_text().splitlines()]
+    ref_gates = [json.loads(line).get("p_open") for line in (ref / "metrics.jsonl").read_text().splitlines()]
+    assert gates == ref_gates
+    outcome, ref_outcome = (json.loads((d / "outcome.json").read_text()) for d in (run, ref))
+    assert outcome == ref_outcome
+    pruned_weights = load_checkpoint(out / "pruned" / "l0=1" / "best.pt")["model"]
+    ref_weights = load_checkpoint(reference / "pruned" / "l0=1" / "best.pt")["model"]
+    assert pruned_weights.keys() == ref_weights.keys()
+    assert all(torch.equal(pruned_weights[k], ref_weights[k]) for k in ref_weights)
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (("--l0", "0,-1"), ("--l0: -1 is not a penalty",)),
+        (("--l0", "0,abc"), ("--l0: 'abc' is not a number",)),
+        (("--l0", "0.1,0.10"), ("--l0: 0.10 is given twice",)),
+        (("--l0", "nan"), ("--l0: nan is not a penalty",)),
+        (("--l0", ","), ("--l0: give a comma-separated list",)),
+        (("--window", "30", "--max-updates", "60"), ("--window 30 must be a multiple of train.log_every=20",)),
+        (("--max-updates", "100"), ("--max-updates 100 must be a multiple of --window 40",)),
+        (("--min-updates", "200", "--max-updates", "80"), ("--min-updates 200 is above --max-updates 80",)),
+        (("--set", "model.head_gates.l0=0.5"), ("prune sets model.head_gates.l0 itself",)),
+    ],
+)
+def test_bad_options_get_one_line(tmp_path, tiny_run, args, fragments):
+    argv = ["prune", str(tiny_run), "--out", str(tmp_path / "p"), "--window", "40", "--min-updates", "0"]
+    argv += ["--max-updates", "160", *args]
+    result = run_cli(*argv)
+    assert_clean_error(result, *fragments)
+    assert not (tmp_path / "p").exists()  # nothing written
+
+
+def test_a_source_without_a_selected_checkpoint_is_refused(tmp_path, tiny_run):
+    source = tmp_path / "half"
+    source.mkdir()
+    (source / "config.yaml").write_text((tiny_run / "config.yaml").read_text())
+    assert_clean_error(run_cli("prune", str(source), "--out", str(tmp_path / "p")), "has no best.pt")
+    assert_clean_error(run_cli("prune", str(tmp_path / "none"), "--out", str(tmp_path / "p")), "not a run directory")
+
+
+def rec(step, counts, p=0.98):
+    return {"step": step, "open_heads": {"enc_self": counts}, "p_open": {"enc_self": [[p, 0.01], [0.9, 0.0]]}}
+
+
+def test_settled_means_the_same_open_count_and_still_gates_over_the_whole_window():
+    history = [rec(20, [2, 2]), rec(40, [2, 1]), rec(60, [2, 1]), rec(80, [2, 1], 0.97), rec(100, [2, 1], 0.9)]
+    assert settled(history, 80, 40) == 80  # 3 open at 40, 60 and 80; P(open) moved by 0.01 < 0.02
+    assert settled(history, 60, 40) is None  # 4 at 20, 3 at 60
+    assert settled(history, 100, 40) is None  # the count held, but a gate moved from 0.98 to 0.9
+    assert settled(history, 120, 40) is None  # nothing logged at 120 yet
+
+
+def test_a_window_at_a_time_trains_as_one_uninterrupted_run(tmp_path, pruned, tiny_run):
+    """The λ runs resume between windows, so comparing a killed prune with an uninterrupted one cannot see a
+    resume that differs from going on: one `train` of as many updates from the same weights must give the
+    same weights, Adam moments and random state (validation, which the windows add, changes none of them)."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from mhatrain.study.prune import PrunePlan, run_config
+    from mhatrain.training.loop import train
+
+    out, _ = pruned
+    updates = report_runs(out)[1.0]["updates"]
+    plan = PrunePlan(tiny_run, out, [1.0], 40, 120, 200, list(SETS))
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    shutil.copyfile(tiny_run / "spm.model", whole / "spm.model")
+    train(run_config(plan, 1.0, updates), whole, console=Console(file=io.StringIO()), init_from=plan.checkpoint)
+    a, b = load_checkpoint(whole / "last.pt"), load_checkpoint(out / "l0=1" / "last.pt")
+    for key in ("model", "optimizer", "rng"):
+        assert_identical(a[key], b[key], key)
