@@ -73,7 +73,7 @@ def compare_heads(
     )
     tests = S.head_count_tests(cells, bleu, covariance, BASELINE_HEADS)
     factors = {h: _factor_counts([done[c] for c in cells if c[0] == h]) for h in {h for h, _ in cells}}
-    result.update(_tests_entry(tests, cells, bleu, factors))
+    result.update(_tests_entry(tests, cells, factors))
     result["sensitivity"] = bleu_sensitivity(cells, stacked, bleu, covariance, tests, [done[c].name for c in cells])
     for row in result["seed_level"]:
         row["borderline"] = result["sensitivity"]["borderline"].get(str(row["heads"]), False)
@@ -81,12 +81,10 @@ def compare_heads(
     return result, notes
 
 
-def _tests_entry(tests: S.HeadCountTests, cells: list[S.Cell], values, factors: dict) -> dict:
+def _tests_entry(tests: S.HeadCountTests, cells: list[S.Cell], factors: dict) -> dict:
     """seed_level (each h against h=8), trend, residual_sd and df of one measure's tests."""
     return {
-        "seed_level": [
-            _seed_level_test(h, t, tests, cells, values, factors) for h, t in tests.against_baseline.items()
-        ],
+        "seed_level": [_seed_level_test(h, t, tests, cells, factors) for h, t in tests.against_baseline.items()],
         "trend": None if tests.trend is None else _trend(tests.trend, cells),
         "residual_sd": None if tests.residual_sd is None else round(tests.residual_sd, 4),
         "df": tests.df,
@@ -117,7 +115,7 @@ def _cross_entropy_tests(study_dir: Path, done: dict[S.Cell, RunRecord], factors
     else:
         return {"source": None, "text": "no cross-entropy recorded for every tested run", "seed_level": []}
     tests = S.head_count_tests(cells, values, covariance, BASELINE_HEADS, higher_is_better=False)
-    entry = _tests_entry(tests, cells, values, factors)
+    entry = _tests_entry(tests, cells, factors)
     entry["leave_one_out"] = {
         str(h): v
         for h, v in leave_one_out(cells, values, covariance, tests, [done[c].name for c in cells])["by_heads"].items()
@@ -217,7 +215,7 @@ def _sentence_statistics(
 
 
 def _seed_level_test(
-    h: int, test: S.ContrastTest | None, tests: S.HeadCountTests, cells: list[S.Cell], values, factors: dict
+    h: int, test: S.ContrastTest | None, tests: S.HeadCountTests, cells: list[S.Cell], factors: dict
 ) -> dict:
     """One h against h=8 by the h × seed-block test (test: its ContrastTest, None with one seed per h)."""
     seeds = sorted(s for g, s in cells if g == h)

@@ -229,27 +229,14 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
         "cross_entropy_text": CROSS_ENTROPY_SOURCES.get(source, "no cross-entropy recorded for every tested run"),
         "cells": [
             {
-                "cell": dict(cell),
-                "name": cell_name(cell),
-                "label": labels[cell_name(cell)],
-                "runs_done": sub["runs_done"],
-                "runs_total": sub["runs_total"],
+                **_cell_entry(cell, sub, labels),
                 "tokenizers": tokenizers[cell_name(cell)],
                 "conclusion": sub["claims"]["conclusion"],
-                "report": f"{cell_name(cell)}/report.md",
             }
             for cell, sub in mapped.items()
         ],
         "left_out_cells": [
-            {
-                "cell": dict(cell),
-                "name": cell_name(cell),
-                "label": all_labels[cell_name(cell)],
-                "runs_done": sub["runs_done"],
-                "runs_total": sub["runs_total"],
-                "reason": reasons[cell_name(cell)],
-                "report": f"{cell_name(cell)}/report.md",
-            }
+            {**_cell_entry(cell, sub, all_labels), "reason": reasons[cell_name(cell)]}
             for cell, sub in cell_reports.items()
             if cell_name(cell) in reasons
         ],
@@ -265,6 +252,19 @@ def build_varied_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> 
         "interaction_method": INTERACTION_METHOD,
         "reference_cell": reference,
         "_cell_reports": cell_reports,  # written into the cells' folders, not into report.json
+    }
+
+
+def _cell_entry(cell: Cell, sub: dict, labels: dict[str, str]) -> dict:
+    """What the varied report says of every cell, in the map or left out of it: its name, label, runs
+    and report."""
+    return {
+        "cell": dict(cell),
+        "name": cell_name(cell),
+        "label": labels[cell_name(cell)],
+        "runs_done": sub["runs_done"],
+        "runs_total": sub["runs_total"],
+        "report": f"{cell_name(cell)}/report.md",
     }
 
 
