@@ -298,8 +298,8 @@ def ablate(
         raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
     head_counts = int_list(heads, "--heads", "head counts")
     seed_list = int_list(seeds, "--seeds", "seeds")
-    from .study.ablate import run_study
-    from .study.cluster import EXECUTORS, JobOptions
+    from .study.running.ablate import run_study
+    from .study.running.cluster import EXECUTORS, JobOptions
 
     cluster = None
     if executor is not None:
@@ -339,7 +339,7 @@ def prune(
 ):
     """Learned head gates (Voita et al. 2019): fine-tune RUN_DIR per L0 penalty until its gates settle,
     evaluate, cut the closed heads out, report. Rerun the same command to continue."""
-    from .study.prune import PrunePlan, parse_l0s, run_prune
+    from .study.running.prune import PrunePlan, parse_l0s, run_prune
 
     target = out if out is not None else run_dir.with_name(run_dir.name + "-prune")
     run_prune(PrunePlan(run_dir, target, parse_l0s(l0), window, min_updates, max_updates, set_ or []), console)
@@ -350,7 +350,7 @@ def report(
     study_dir: Path = typer.Argument(..., help="Study directory made by `mhatrain ablate`."),
 ):
     """Report a head-count study (also a partial one): tables, significance tests against h=8 and a plot."""
-    from .study.report import report_study
+    from .study.reports.study_report import report_study
 
     report_study(study_dir, console)
 
@@ -363,7 +363,7 @@ def curves(
     ),
 ):
     """Learning curves: validation BLEU and perplexity and training loss against updates, best checkpoints marked."""
-    from .study.curves import draw_curves
+    from .study.reports.curves import draw_curves
 
     draw_curves(paths, out, console)
 
@@ -404,7 +404,7 @@ def export(
         raise MhatrainError("--int8 applies to export --ctranslate2 only")
     if dest is None:
         raise MhatrainError("export needs DEST (a directory to copy the light files into), or --ctranslate2 DIR")
-    from .study.export import export as export_files
+    from .study.running.export import export as export_files
 
     count, kept = export_files(source, dest, overwrite=overwrite)
     console.print(

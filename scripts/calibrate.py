@@ -1,4 +1,4 @@
-"""Calibrate the head-count verdict by simulation (see mhatrain/study/calibration.py): for BLEU and for
+"""Calibrate the head-count verdict by simulation (see mhatrain/study/stats/calibration.py): for BLEU and for
 per-token cross-entropy, at the committed study's design (seeds 6/3/6/3/3 of h = 1/4/8/16/32, h=4 seed 3
 and h=32 seed 3 left out) and at three seeds per h, under several noise scenarios: the family
 false-positive rate (Holm), the rate at which each null contrast's raw p falls below α (pooled over
@@ -29,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mhatrain.study import calibration as C  # noqa: E402
-from mhatrain.study.significance import sentence_statistics  # noqa: E402
+from mhatrain.study.stats import calibration as C  # noqa: E402
+from mhatrain.study.stats.significance import sentence_statistics  # noqa: E402
 
 POOL = ROOT / "tests" / "data" / "multi30k-test-stats.npz"
 STUDY = ROOT / "results" / "ablate-multi30k"

@@ -4,12 +4,13 @@
 
 Every module is a node, named by its dotted path inside the package ("core.config", "cli"). An edge is
 any import of another module of the package, at the top of a module and inside functions alike
-(`from ..core.config import X`, `from . import search`, `import mhatrain.study.record`), so an import
+(`from ..core.config import X`, `from . import search`, `import mhatrain.study.grid.points`), so an import
 moved into a function body to hide a cycle still shows. Each node's layer is its subpackage's place in
 the package's LAYERS (mhatrain/__init__.py, read from its text); a module may import from its own layer
-and earlier ones only. Prints the counts, every import from a later layer, every cycle (a strongly
-connected component of more than one module), the longest import chain and the largest modules and
-functions. Exits 1 when there is a back-import or a cycle (tests/test_layers.py runs it on the package).
+and earlier ones only. A layer whose __init__.py has a LAYERS of its own is cut into rooms in that order
+(study: grid → stats → reports → running), and the same rule holds between its rooms. Prints the
+counts, the modules per subpackage, every import from a later layer, every cycle (a strongly connected
+component of more than one module), the longest import chain and the largest modules and functions. Exits 1 when there is a back-import or a cycle (tests/test_layers.py runs it on the package).
 """
 
 from __future__ import annotations
@@ -29,12 +30,20 @@ class Graph:
     files: dict[str, Path]  # node -> its file
     edges: dict[tuple[str, str], str] = field(default_factory=dict)  # (importer, imported) -> "top" | "function"
 
-    def layer(self, node: str) -> int:
-        """The place of a node's layer in LAYERS (the package's root files come first)."""
-        head = node.split(".")[0]
+    sublayers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> its own LAYERS, if any
+
+    def layer(self, node: str) -> tuple[int, int]:
+        """The place of a node in the layer order: its layer's in LAYERS (the package's root files come
+        first), then, in a layer cut into rooms of its own (a LAYERS in its __init__.py), its room's."""
+        head, *rest = node.split(".")
         if head in ROOT_MODULES:
-            return -1 if head == "__init__" else len(self.layers)
-        return self.layers.index(head)
+            return (-1, 0) if head == "__init__" else (len(self.layers), 0)
+        rooms = self.sublayers.get(head)
+        if not rooms:
+            return self.layers.index(head), 0
+        if not rest:
+            return self.layers.index(head), -1  # the layer's __init__: its docstring and LAYERS
+        return self.layers.index(head), rooms.index(rest[0])  # ValueError for a module outside the rooms
 
     def back_imports(self) -> list[tuple[str, str, str]]:
         """(importer, imported, where) for every import of a later layer."""
@@ -46,11 +55,25 @@ class Graph:
 
 def read_layers(package: Path) -> tuple[str, ...]:
     """LAYERS of the package's __init__.py, as written there (a tuple of names)."""
-    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
-    for node in tree.body:
+    layers = _layers_of(package / "__init__.py")
+    if layers is None:
+        raise SystemExit(f"{package / '__init__.py'}: no LAYERS")
+    return layers
+
+
+def read_sublayers(package: Path, layers: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The layers cut into rooms: layer -> the LAYERS of its own __init__.py (study: grid → stats → ...)."""
+    found = {layer: _layers_of(package / layer / "__init__.py") for layer in layers}
+    return {layer: rooms for layer, rooms in found.items() if rooms}
+
+
+def _layers_of(init: Path) -> tuple[str, ...] | None:
+    if not init.is_file():
+        return None
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAYERS" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
-    raise SystemExit(f"{package / '__init__.py'}: no LAYERS")
+    return None
 
 
 def node_files(package: Path) -> dict[str, Path]:
@@ -75,7 +98,8 @@ def _resolve(base: list[str], names: list[str], files: dict[str, Path]) -> list[
 
 
 def read_graph(package: Path) -> Graph:
-    graph = Graph(package, read_layers(package), node_files(package))
+    layers = read_layers(package)
+    graph = Graph(package, layers, node_files(package), sublayers=read_sublayers(package, layers))
     for owner, path in graph.files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         in_function = {
@@ -165,6 +189,20 @@ def largest_functions(graph: Graph, n: int = 5) -> list[tuple[int, str]]:
     return sorted(found, reverse=True)[:n]
 
 
+def _layer_text(graph: Graph, layer: str) -> str:
+    rooms = graph.sublayers.get(layer)
+    return f"{layer} ({' → '.join(rooms)})" if rooms else layer
+
+
+def modules_per_subpackage(graph: Graph) -> dict[str, int]:
+    """How many modules each folder of the package holds (a subpackage's __init__ counts in it)."""
+    counts: dict[str, int] = {}
+    for path in graph.files.values():
+        place = str(path.parent.relative_to(graph.package.parent))
+        counts[place] = counts.get(place, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def main(argv: list[str]) -> int:
     package = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "mhatrain"
     if not (package / "__init__.py").is_file():
@@ -173,7 +211,10 @@ def main(argv: list[str]) -> int:
     graph = read_graph(package)
     lazy = sum(where == "function" for where in graph.edges.values())
     print(f"{package}: {len(graph.files)} modules, {len(graph.edges)} import edges ({lazy} only inside functions)")
-    print(f"layers, first to last: {' → '.join(graph.layers)}")
+    print(f"layers, first to last: {' → '.join(_layer_text(graph, layer) for layer in graph.layers)}")
+    print("modules per subpackage:")
+    for place, count in modules_per_subpackage(graph).items():
+        print(f"  {count:3d}  {place}")
     back = graph.back_imports()
     print(f"imports from a later layer: {len(back)}")
     for a, b, where in back:

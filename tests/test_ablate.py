@@ -29,22 +29,12 @@ from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model, count_parameters
-from mhatrain.study.ablate import plan_slots, run_study
-from mhatrain.study.grid_report import build_report
-from mhatrain.study.markdown import to_markdown
-from mhatrain.study.record import (
-    EVAL_SPLITS,
-    Point,
-    Slot,
-    Study,
-    check_heads,
-    check_seeds,
-    code_name,
-    expand_grid,
-    parse_point_name,
-    point_seconds,
-)
-from mhatrain.study.report import report_study
+from mhatrain.study.grid.directory import EVAL_SPLITS, Study, code_name, point_seconds
+from mhatrain.study.grid.points import Point, Slot, check_heads, check_seeds, expand_grid, parse_point_name
+from mhatrain.study.reports.grid_report import build_report
+from mhatrain.study.reports.markdown import to_markdown
+from mhatrain.study.reports.study_report import report_study
+from mhatrain.study.running.ablate import plan_slots, run_study
 
 from .conftest import ROOT, TINY, TOY, assert_clean_error, run_cli
 
@@ -633,7 +623,7 @@ def test_curves_of_a_study_and_of_runs(reference, tmp_path):
 
 
 def test_curves_mean_over_seeds_at_the_updates_every_seed_reached():
-    from mhatrain.study.curves import Curve, group_by_heads
+    from mhatrain.study.reports.curves import Curve, group_by_heads
 
     a = Curve("h08-seed1", 8, 1, [100, 200, 300], [10.0, 20.0, 30.0], [9.0, 5.0, 4.0], best_step=300)
     b = Curve("h08-seed2", 8, 2, [100, 200], [12.0, 22.0], [8.0, 6.0], best_step=200)
@@ -665,7 +655,7 @@ def test_report_shows_head_roles_per_h_when_the_runs_have_them(reference, tmp_pa
 
 
 def test_training_loss_is_drawn_as_a_trailing_running_mean():
-    from mhatrain.study.curves import Curve, group_by_heads, running_mean
+    from mhatrain.study.reports.curves import Curve, group_by_heads, running_mean
 
     assert running_mean([4.0, 2.0, 6.0, 0.0], 2) == [4.0, 3.0, 4.0, 3.0]
     assert running_mean([1.0, 2.0, 3.0], 8) == [1.0, 1.5, 2.0]

@@ -1,4 +1,4 @@
-"""Calibration of the head-count verdict by simulation (mhatrain/study/calibration.py), on the committed
+"""Calibration of the head-count verdict by simulation (mhatrain/study/stats/calibration.py), on the committed
 study's design (seeds 6/3/6/3/3 of h = 1/4/8/16/32, two runs left out), for BLEU and cross-entropy.
 
 Under the null every contrast's raw two-sided p must fall below α = 0.05 in 5% of studies: not more (a
@@ -23,8 +23,8 @@ import gzip
 import numpy as np
 import pytest
 
-from mhatrain.study import calibration as C
-from mhatrain.study.significance import bleu_from_sums, sentence_statistics
+from mhatrain.study.stats import calibration as C
+from mhatrain.study.stats.significance import bleu_from_sums, sentence_statistics
 
 from .conftest import ROOT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mhatrain.study.cluster import job_name, jobs_record
+from mhatrain.study.running.cluster import job_name, jobs_record
 
 from .conftest import TINY, assert_clean_error, run_cli
 from .test_ablate import snapshot

@@ -1,4 +1,4 @@
-"""The covariance of Δ between the cells of a varied study (study/cross_cell_covariance.py), on a study
+"""The covariance of Δ between the cells of a varied study (study/stats/cross_cell_covariance.py), on a study
 laid out by hand: run directories with a config, a summary and test hypotheses, no training."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sacrebleu
 
 from mhatrain.core.config import dump_config, load_config
 from mhatrain.core.rundir import SUMMARY_FILE, eval_path
-from mhatrain.study.cross_cell_covariance import CellPair, cross_cell_covariance, main
-from mhatrain.study.significance import resample_indices
+from mhatrain.study.stats.cross_cell_covariance import CellPair, cross_cell_covariance, main
+from mhatrain.study.stats.significance import resample_indices
 
 from .conftest import TINY, TOY
 

@@ -253,7 +253,7 @@ def test_an_inconsistent_launch_is_one_error_line(tmp_path, spm_cache, env, sets
 
 
 def test_ablate_refuses_to_run_under_torchrun(monkeypatch, tmp_path):
-    from mhatrain.study.ablate import run_study
+    from mhatrain.study.running.ablate import run_study
 
     for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", **MEET}.items():
         monkeypatch.setenv(name, value)

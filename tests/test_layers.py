@@ -11,6 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mhatrain"
 
@@ -59,10 +61,43 @@ def _plant(path: Path, line: str) -> None:
 
 def test_a_planted_back_import_is_found(tmp_path, capsys):
     copy = _copy(tmp_path)
-    _plant(copy / "core" / "config.py", "from ..study import record")
-    assert G.read_graph(copy).back_imports() == [("core.config", "study.record", "function")]
+    _plant(copy / "core" / "config.py", "from ..study.grid import points")
+    assert G.read_graph(copy).back_imports() == [("core.config", "study.grid.points", "function")]
     assert G.main([str(copy)]) == 1
-    assert "core.config -> study.record  (in a function)" in capsys.readouterr().out
+    assert "core.config -> study.grid.points  (in a function)" in capsys.readouterr().out
+
+
+def test_the_study_is_cut_into_rooms_in_their_order():
+    graph = G.read_graph(PACKAGE)
+    assert graph.sublayers == {"study": ("grid", "stats", "reports", "running")}
+    rooms = {node.split(".")[1] for node in graph.files if node.startswith("study.")}
+    assert rooms == {"grid", "stats", "reports", "running"}  # no module left in study/ itself
+    for room in rooms:
+        assert ast.get_docstring(ast.parse((PACKAGE / "study" / room / "__init__.py").read_text())), room
+
+
+def test_a_planted_back_import_between_study_rooms_is_found(tmp_path, capsys):
+    """The statistics may not import a report: study.stats comes before study.reports, although both are
+    in the study layer."""
+    copy = _copy(tmp_path)
+    _plant(copy / "study" / "stats" / "significance.py", "from ..reports import markdown")
+    assert G.read_graph(copy).back_imports() == [("study.stats.significance", "study.reports.markdown", "function")]
+    assert G.main([str(copy)]) == 1
+    assert "study.stats.significance -> study.reports.markdown  (in a function)" in capsys.readouterr().out
+
+
+def test_a_module_outside_the_study_rooms_is_refused(tmp_path):
+    copy = _copy(tmp_path)
+    (copy / "study" / "loose.py").write_text('"""A module in no room."""\n')
+    graph = G.read_graph(copy)
+    with pytest.raises(ValueError):
+        graph.layer("study.loose")
+
+
+def test_no_two_modules_share_a_file_name():
+    """A name says which module it is: a search for figures.py or report.py finds one file."""
+    names = [p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
 def test_a_planted_cycle_inside_one_layer_is_found(tmp_path):

@@ -9,8 +9,14 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 
 from mhatrain.analysis.figures import attention_grid_figure, head_heatmaps_figure
-from mhatrain.study.curves import CURVE_PANELS, Curve, group_by_heads, learning_curves_figure, summary_lines
-from mhatrain.study.figures import head_count_figure
+from mhatrain.study.reports.curves import (
+    CURVE_PANELS,
+    Curve,
+    group_by_heads,
+    learning_curves_figure,
+    summary_lines,
+)
+from mhatrain.study.reports.head_count_figure import head_count_figure
 
 KINDS = ("enc-self", "dec-self", "cross")
 

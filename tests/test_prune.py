@@ -17,8 +17,8 @@ import torch
 from mhatrain.core.checkpoint import load_checkpoint
 from mhatrain.inference.trained import load_run
 from mhatrain.model.pruning import pruned_layout
-from mhatrain.study.prune import settled
-from mhatrain.study.record import study_lock
+from mhatrain.study.grid.directory import study_lock
+from mhatrain.study.running.prune import settled
 
 from .conftest import assert_clean_error, run_cli, set_args
 from .test_crash import assert_identical, metric_records
@@ -187,7 +187,7 @@ def test_a_window_at_a_time_trains_as_one_uninterrupted_run(tmp_path, pruned, ti
 
     from rich.console import Console
 
-    from mhatrain.study.prune import PrunePlan, run_config
+    from mhatrain.study.running.prune import PrunePlan, run_config
     from mhatrain.training.loop import train
 
     out, _ = pruned

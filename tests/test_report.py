@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from mhatrain.study.by_heads import bleu_interval
-from mhatrain.study.figures import head_count_figure
-from mhatrain.study.grid_report import plot_panels
-from mhatrain.study.terminal import show
+from mhatrain.study.reports.by_heads import bleu_interval
+from mhatrain.study.reports.grid_report import plot_panels
+from mhatrain.study.reports.head_count_figure import head_count_figure
+from mhatrain.study.reports.terminal import show
 
 from .conftest import ROOT
 

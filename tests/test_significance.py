@@ -12,9 +12,9 @@ import pytest
 
 from mhatrain.core.config import load_config
 from mhatrain.data.sources import load_split
-from mhatrain.study.claims import conclusion
-from mhatrain.study.sensitivity import leave_one_out
-from mhatrain.study.significance import (
+from mhatrain.study.reports.claims import conclusion
+from mhatrain.study.stats.sensitivity import leave_one_out
+from mhatrain.study.stats.significance import (
     SENTENCE_SAMPLES,
     bleu_from_sums,
     bleu_of,

@@ -20,10 +20,11 @@ from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model, count_parameters
-from mhatrain.study.comparison import verdict_of
-from mhatrain.study.interaction import interaction, power
-from mhatrain.study.record import Point, expand_grid, open_study, parse_cell, parse_point_name, point_dirs
-from mhatrain.study.regimes import cell_labels, point_cost, to_csv
+from mhatrain.study.grid.directory import open_study, point_dirs
+from mhatrain.study.grid.points import Point, cell_labels, expand_grid, parse_cell, parse_point_name
+from mhatrain.study.reports.regimes import point_cost, to_csv
+from mhatrain.study.stats.comparison import verdict_of
+from mhatrain.study.stats.interaction import interaction, power
 
 from .conftest import TINY, TOY, assert_clean_error, run_cli
 
@@ -514,7 +515,7 @@ def test_report_of_a_cell_folder_alone_is_a_plain_study(varied, tmp_path):
     """A cell's folder is laid out as a study: `report` works on it by itself."""
     from rich.console import Console
 
-    from mhatrain.study.report import report_study
+    from mhatrain.study.reports.study_report import report_study
 
     cell = tmp_path / CELLS[0]
     shutil.copytree(varied["out"] / CELLS[0], cell)

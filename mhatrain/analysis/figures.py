@@ -18,20 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..core.files import atomic_write
+from ..core.plots import save_figure, series_colours
 
-MAX_PIXELS = 16_000  # longest side of a saved PNG; dpi shrinks to stay under it
 MAX_GRID_WIDTH_IN = 90.0  # the head grid of a 32-head model stays a (wide) poster, not a wall
-
-
-def save_figure(fig: Figure, path: Path, width_in: float, height_in: float) -> None:
-    dpi = max(30, min(110, int(MAX_PIXELS / max(width_in, height_in))))
-    FigureCanvasAgg(fig)
-    atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=dpi), binary=True)
 
 
 # matplotlib warns once per missing glyph and figure
@@ -333,13 +324,6 @@ def pruning_plot(
     save_figure(fig, path, 6.4, 4.4)
 
 
-def matplotlib_colormap(n: int) -> list:
-    """n distinct colours (tab10, then a continuous map for more)."""
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    return [colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
-
-
 def gate_maps(rows: list[tuple[str, dict[str, np.ndarray]]], path: Path, title: str) -> None:
     """Learned head gates: one row per run (a penalty λ), one [L, H] panel per attention kind, each head
     coloured by its P(open) on one fixed scale from 0 (closed for good) to 1."""
@@ -373,7 +357,7 @@ def gate_trajectories(panels: list[tuple[str, list[int], dict[str, np.ndarray]]]
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = np.atleast_1d(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
     for ax, (name, steps, values) in zip(axes, panels):
-        for colour, (kind, series) in zip(matplotlib_colormap(len(values)), values.items()):
+        for colour, (kind, series) in zip(series_colours(len(values)), values.items()):
             flat = np.asarray(series, dtype=np.float64).reshape(len(steps), -1)  # [N, L·H]
             for i in range(flat.shape[1]):
                 ax.plot(steps, flat[:, i], color=colour, linewidth=0.8, alpha=0.7, label=kind if i == 0 else None)

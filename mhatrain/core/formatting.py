@@ -1,8 +1,8 @@
-"""How the study's reports write numbers and tables: a missing value as "—", numbers with thousands
+"""How numbers and tables are written for people: a missing value as "—", numbers with thousands
 separators, signed differences, p-values, 95% intervals, shares, and markdown tables.
 
-The one place these formats live: report.md (markdown.py), the terminal (terminal.py), BLEU by length
-(lengths.py) and the regime map (regimes.py) all write their cells with these functions.
+The one place these formats live: a study's statistics write their notes with them, and its reports
+(report.md, the terminal, BLEU by length, the regime map) write every cell with them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Grid points as cluster jobs through submitit: `mhatrain ablate --executor slurm` (or `local`).
 
 Each unfinished grid point becomes one job. The job runs the point's commands that its state still
-needs (record.needed_commands: the lines of `--dry-run`), decided when the job starts, so a job
+needs (directory.needed_commands: the lines of `--dry-run`), decided when the job starts, so a job
 started twice, or requeued, does only what is left. `--executor local` runs the same jobs as local
 subprocesses through submitit's LocalExecutor: for a machine without SLURM, and for the tests.
 
@@ -25,11 +25,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..core.errors import MhatrainError
-from ..core.files import atomic_write_json, read_json
-from .grid_display import GridDisplay
-from .record import Point, Slot, Study, needed_commands, point_outcome, point_seconds
-from .report import report_study
+from ...core.errors import MhatrainError
+from ...core.files import atomic_write_json, read_json
+from ..grid.directory import Study, needed_commands, point_outcome, point_seconds
+from ..grid.points import Point, Slot
+from ..reports.study_report import report_study
+from .grid_progress import GridDisplay
 
 EXECUTORS = ("slurm", "local")
 JOBS_DIR = "jobs"

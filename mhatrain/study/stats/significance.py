@@ -18,7 +18,7 @@ an h: the covariance between different seeds' contrasts over resampled test sets
 (each h against the baseline, and the trend of BLEU against log2 h) is then a two-sided t-test with
 the residual degrees of freedom; p is analytic, so it has no resampling floor. The verdict uses the
 Holm–Bonferroni adjustment (`holm`) over the contrasts with the baseline. Its false-positive rate is
-checked by simulation (`mhatrain.study.calibration`, tests/test_calibration.py).
+checked by simulation (`mhatrain.study.stats.calibration`, tests/test_calibration.py).
 
 Other tests kept for what they are:
   * `paired_bootstrap`: resample test sentences with replacement (the same resamples for every

@@ -1,6 +1,6 @@
 """When do extra heads help? A study varied over other settings (`ablate --vary KEY=V1,V2`) and its map.
 
-Every combination of the varied values is a cell (record.py names its folder and points); each cell holds
+Every combination of the varied values is a cell (grid/points.py names its folder and points); each cell holds
 the whole heads × seeds grid and is reported as a study of its own by grid_report.build_report, so within a
 cell every h is tested against h=8 by exactly the test of the main report. Across cells this module
 adds:
@@ -30,21 +30,22 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.console import Console
 
-from ..core import provenance
-from ..core.config import Config, apply_override, config_from_dict
-from ..core.errors import MhatrainError
-from ..core.files import atomic_write, atomic_write_json, atomic_write_text
-from ..data.tokens import PAD
-from ..model.flops import forward_macs
-from ..model.sizes import head_size
-from ..model.transformer import build_model, count_parameters
-from .comparison import BASELINE_HEADS, verdict_of
+from ...core import provenance
+from ...core.config import Config, apply_override, config_from_dict
+from ...core.errors import MhatrainError
+from ...core.files import atomic_write, atomic_write_json, atomic_write_text
+from ...core.formatting import blank, fraction, interval, md_table, num, p_value, signed
+from ...data.tokens import PAD
+from ...model.flops import forward_macs
+from ...model.sizes import head_size
+from ...model.transformer import build_model, count_parameters
+from ..grid.directory import Study, point_dirs, read_base_config, read_record, study_cells
+from ..grid.points import Cell, cell_labels, cell_name
+from ..stats.comparison import BASELINE_HEADS, verdict_of
+from ..stats.interaction import METHOD as INTERACTION_METHOD
+from ..stats.interaction import interaction
+from ..stats.significance import BOOTSTRAP_SAMPLES, seed_interval
 from .grid_report import build_report, write
-from .interaction import METHOD as INTERACTION_METHOD
-from .interaction import interaction
-from .record import Cell, Study, cell_name, grid_cells, point_dirs, read_base_config, read_record
-from .significance import BOOTSTRAP_SAMPLES, seed_interval
-from .tables import blank, fraction, interval, md_table, num, p_value, signed
 
 COST_LENGTH = 20  # tokens per sentence (each side) at which FLOPs per target token are quoted
 
@@ -128,13 +129,6 @@ def is_varied(study_dir: Path) -> bool:
     if read_record(study_dir).get("factors"):
         return True
     return study_dir.is_dir() and any(point.cell for point, _ in point_dirs(study_dir))
-
-
-def study_cells(study_dir: Path) -> list[Cell]:
-    """The recorded cells (in grid order), then any other cell folder that holds points."""
-    recorded = grid_cells(read_record(study_dir).get("factors") or {})
-    found = [point.cell for point, _ in point_dirs(study_dir) if point.cell]
-    return [cell for cell in dict.fromkeys([*recorded, *found]) if cell]
 
 
 MAP_FILE = "regime-map.yaml"  # optional, beside study.yaml: `left_out: {CELL FOLDER: reason}`
@@ -266,14 +260,6 @@ def _cell_entry(cell: Cell, sub: dict, labels: dict[str, str]) -> dict:
         "runs_total": sub["runs_total"],
         "report": f"{cell_name(cell)}/report.md",
     }
-
-
-def cell_labels(cells: list[dict[str, str]]) -> list[str]:
-    """Short names of cells for the figure and the terminal: the keys whose values differ between the
-    cells (every key when they all agree), without their section: "d_model=512, d_ff=2048"."""
-    keys = list(dict.fromkeys(key for cell in cells for key in cell))
-    differing = [key for key in keys if len({cell.get(key) for cell in cells}) > 1] or keys
-    return [", ".join(f"{key.split('.', 1)[-1]}={cell[key]}" for key in differing if key in cell) for cell in cells]
 
 
 def _cross_entropy_source(subs) -> str | None:

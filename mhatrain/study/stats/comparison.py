@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import MhatrainError
-from ..inference.likelihood import read_sentence_file
+from ...core.errors import MhatrainError
+from ...core.formatting import num
+from ...inference.likelihood import read_sentence_file
+from ..grid.run_records import MEASURE, RunRecord, factor_of, measured_as_chosen, test_split
 from . import significance as S
-from .run_records import MEASURE, RunRecord, factor_of, measured_as_chosen, test_split
 from .sensitivity import bleu_sensitivity, leave_one_out
-from .tables import num
 
 BASELINE_HEADS = 8  # every h is compared with the base model's h = 8 (the paper's Table 3)
 LEVEL = 0.05  # the verdict's significance level (Holm-adjusted p)
@@ -41,7 +41,7 @@ SIGNIFICANCE_METHOD = {
     "per_seed": "paired bootstrap over test sentences, two-sided and centred: each h against h=8 of the same seed; "
     "covers test-sentence noise only (whether those two trained models differ, not whether the h do); "
     "Holm–Bonferroni over the h of each seed; not used by the verdict",
-    "calibration": "simulated null studies with seed and sentence noise of the observed size (mhatrain/study/calibration.py, "
+    "calibration": "simulated null studies with seed and sentence noise of the observed size (mhatrain/study/stats/calibration.py, "
     "scripts/calibrate.py, docs/ablation.md): the verdict's false-positive rate stays below 0.05",
 }
 

@@ -9,11 +9,11 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from ..core import provenance
-from ..core.columns import asked_columns, unwrapped
-from .comparison import BASELINE_HEADS
+from ...core import provenance
+from ...core.columns import asked_columns, unwrapped
+from ...core.formatting import signed
+from ..stats.comparison import BASELINE_HEADS
 from .heads_table import COMPACT_HEADERS, SHORT_HEADERS, compact_cells, row_cells, status_line
-from .tables import signed
 
 COMPACT_LEGEND = (
     f"Δ: h minus h={BASELINE_HEADS} as the test estimates it, over the runs the tests use (runs: tested of "

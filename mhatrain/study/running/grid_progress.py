@@ -9,8 +9,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from ..training.progress import clock
-from .record import Point
+from ...training.progress import clock
+from ..grid.points import Point
 
 
 class GridDisplay:

@@ -16,11 +16,11 @@ import io
 import statistics
 from pathlib import Path
 
-from ..core.errors import MhatrainError
-from ..core.files import atomic_write_text
-from . import significance as S
-from .run_records import MEASURE, measured_as_chosen, test_split
-from .tables import md_table, num, signed
+from ...core.errors import MhatrainError
+from ...core.files import atomic_write_text
+from ...core.formatting import md_table, num, signed
+from ..grid.run_records import MEASURE, measured_as_chosen, test_split
+from ..stats import significance as S
 
 # (fewest words, most words or None, label): compare-mt's style of buckets, sized for Multi30k captions
 BUCKETS = ((1, 9, "≤ 9"), (10, 14, "10–14"), (15, 19, "15–19"), (20, None, "> 19"))

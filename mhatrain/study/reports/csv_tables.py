@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 import io
 
+from ...core.formatting import blank
 from .by_heads import DIFFERENCE_METRICS, METRICS
-from .tables import blank
 
 STATISTICS = [(metric, stat) for metric in METRICS for stat in ("mean", "std")]  # column <metric>_<stat>
 DIFFERENCES = DIFFERENCE_METRICS  # of row["diff_to_h8"]: column <metric>_diff_to_h8

@@ -5,8 +5,8 @@ says how many runs are done.
 
 from __future__ import annotations
 
-from .comparison import BASELINE_HEADS, verdict_of
-from .tables import MISSING, interval, mean_sd, num, p_value, signed
+from ...core.formatting import MISSING, interval, mean_sd, num, p_value, signed
+from ..stats.comparison import BASELINE_HEADS, verdict_of
 
 HEADERS = [
     "h",

@@ -8,7 +8,7 @@ summary on the console (terminal.py for a grid). The report's parts, in the orde
     by_heads.py     the rows per h: statistics over seeds, differences, the paper's numbers
     claims.py       the paper's and the article's claims, and the conclusion
     lengths.py      test BLEU by source length
-    markdown.py, csv_tables.py, tables.py, heads_table.py, terminal.py   how it is written and shown
+    markdown.py, csv_tables.py, heads_table.py, terminal.py   how it is written and shown
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..core.columns import unwrapped
+from ...core.columns import unwrapped
+from ..stats.significance import BOOTSTRAP_SAMPLES
 from .grid_report import build_report, write
 from .regimes import is_varied, report_varied_study
-from .significance import BOOTSTRAP_SAMPLES
 from .terminal import show
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ..analysis.figures import save_figure
+from ...core.plots import save_figure
 
 
 def head_count_plot(panels: list[dict], path: Path, title: str, baseline: int) -> None:

@@ -5,7 +5,7 @@ the h × seed-block test supports (comparison.SIGNIFICANCE_METHOD).
 
 from __future__ import annotations
 
-from .comparison import BASELINE_HEADS, LEVEL
+from ..stats.comparison import BASELINE_HEADS, LEVEL
 
 PAPER_SOURCE = (
     'Vaswani et al. 2017, "Attention Is All You Need", Table 3 rows (A): WMT14 English→German, '

@@ -8,14 +8,14 @@ notes.
 
 from __future__ import annotations
 
-from ..analysis.roles import ROLE_THRESHOLDS, ROLES, STUDY_MEASURES
-from ..core import provenance
+from ...analysis.roles import ROLE_THRESHOLDS, ROLES, STUDY_MEASURES
+from ...core import provenance
+from ...core.formatting import MISSING, fraction, interval, md_table, num, p_value, percent, signed
+from ..grid.run_records import MEASURE
+from ..stats.comparison import BASELINE_HEADS, factor_text
 from .claims import PAPER_SOURCE
-from .comparison import BASELINE_HEADS, factor_text
 from .heads_table import HEADERS, row_cells, status_line
 from .lengths import to_markdown as lengths_markdown
-from .run_records import MEASURE
-from .tables import MISSING, fraction, interval, md_table, num, p_value, percent, signed
 
 
 def to_markdown(report: dict) -> str:

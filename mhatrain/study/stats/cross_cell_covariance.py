@@ -8,7 +8,7 @@ one cell with the Δ of each seed of another, averaged over those pairs of runs 
 as independent"). A covariance near zero beside the variance of a difference of two Δ says the
 independence the tests assume costs them little.
 
-    python -m mhatrain.study.cross_cell_covariance STUDY_DIR [--heads 1] [--samples 5000]
+    python -m mhatrain.study.stats.cross_cell_covariance STUDY_DIR [--heads 1] [--samples 5000]
 
 The references are the test split that the runs' config names, as the report reads them.
 """
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import MhatrainError
+from ...core.errors import MhatrainError
+from ..grid.directory import study_cells
+from ..grid.points import Cell, cell_labels, cell_name
+from ..grid.run_records import RunRecord, gather, test_split
 from . import significance as S
 from .comparison import BASELINE_HEADS
-from .record import Cell, cell_name
-from .regimes import cell_labels, study_cells
-from .run_records import RunRecord, gather, test_split
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _pair(first: str, second: str, a: list[np.ndarray], b: list[np.ndarray]) -> 
 
 def main(argv: list[str] | None = None) -> None:
     """Print one line per two cells: their labels, the pairs of runs and the mean covariance."""
-    parser = argparse.ArgumentParser(prog="python -m mhatrain.study.cross_cell_covariance", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m mhatrain.study.stats.cross_cell_covariance", description=__doc__)
     parser.add_argument("study_dir", type=Path, help="a study made with `mhatrain ablate --vary`")
     parser.add_argument("--heads", type=int, default=1, help="the h whose Δ against h=8 is compared (default 1)")
     parser.add_argument("--samples", type=int, default=S.SENTENCE_SAMPLES, help="resampled test sets")

@@ -41,19 +41,19 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from ..core.checkpoint import load_checkpoint
-from ..core.config import Config, dump_config, load_config
-from ..core.errors import CheckpointError, MhatrainError
-from ..core.files import atomic_write_json, atomic_write_text, read_json
-from ..core.provenance import record_session, session
-from ..core.rundir import BEST, CONFIG_FILE, LAST, TOKENIZER_FILE, eval_path, is_run_dir, read_summary
-from ..inference.pruned import write_pruned_run
-from ..inference.trained import evaluate_run, load_run
-from ..model.transformer import count_parameters
-from ..training.loop import train
-from ..training.metrics import gate_history
-from .prune_report import write_report
-from .record import read_yaml, study_lock
+from ...core.checkpoint import load_checkpoint
+from ...core.config import Config, dump_config, load_config
+from ...core.errors import CheckpointError, MhatrainError
+from ...core.files import atomic_write_json, atomic_write_text, read_json
+from ...core.provenance import record_session, session
+from ...core.rundir import BEST, CONFIG_FILE, LAST, TOKENIZER_FILE, eval_path, is_run_dir, read_summary
+from ...inference.pruned import write_pruned_run
+from ...inference.trained import evaluate_run, load_run
+from ...model.transformer import count_parameters
+from ...training.loop import train
+from ...training.metrics import gate_history
+from ..grid.directory import read_yaml, study_lock
+from ..reports.prune_report import write_report
 
 PRUNE_FILE = "prune.yaml"
 OUTCOME_FILE = "outcome.json"  # in a λ run directory, once it is trained, evaluated and pruned

@@ -17,14 +17,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import provenance
-from ..core.config import load_config
-from ..core.errors import MhatrainError
-from ..core.files import portable_text, read_jsonl
-from ..core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, eval_path, read_eval, read_summary
-from ..data.sources import load_split, split_name
-from ..model.sizes import head_size
-from .record import EVAL_SPLITS, STUDY_FILE, Point, point_dirs, read_base_config, read_record, read_yaml, run_state
+from ...core import provenance
+from ...core.config import load_config
+from ...core.errors import MhatrainError
+from ...core.files import portable_text, read_jsonl
+from ...core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, eval_path, read_eval, read_summary
+from ...data.sources import load_split, split_name
+from ...model.sizes import head_size
+from .directory import (
+    EVAL_SPLITS,
+    STUDY_FILE,
+    point_dirs,
+    read_base_config,
+    read_record,
+    read_yaml,
+    run_state,
+)
+from .points import Point
 
 MEASURE = {
     "name": "loss-selected checkpoint",

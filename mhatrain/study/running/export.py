@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.errors import MhatrainError
-from ..core.files import atomic_write, atomic_write_text, portable_text
-from ..core.provenance import PROVENANCE_FILE
-from ..core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, SUMMARY_FILE
-from .record import LOGS_DIR, STUDY_FILE, is_study, parse_cell, parse_point_name
+from ...core.errors import MhatrainError
+from ...core.files import atomic_write, atomic_write_text, portable_text
+from ...core.provenance import PROVENANCE_FILE
+from ...core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, SUMMARY_FILE
+from ..grid.directory import LOGS_DIR, STUDY_FILE, is_study
+from ..grid.points import parse_cell, parse_point_name
 
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, PROVENANCE_FILE)
 RUN_DIRS = (EVAL_DIR, "heads")  # heads/: the reports of `mhatrain heads` (analysis/importance.py, analysis/roles.py)

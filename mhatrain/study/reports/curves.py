@@ -16,11 +16,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
 
-from ..analysis.figures import matplotlib_colormap, save_figure
-from ..core.errors import MhatrainError
-from ..core.files import read_jsonl
-from ..core.rundir import METRICS_FILE, read_summary
-from .record import cell_name, grid_cells, is_study, parse_point_name, point_dirs, read_record
+from ...core.errors import MhatrainError
+from ...core.files import read_jsonl
+from ...core.plots import save_figure, series_colours
+from ...core.rundir import METRICS_FILE, read_summary
+from ..grid.directory import is_study, point_dirs, read_record
+from ..grid.points import cell_name, grid_cells, parse_point_name
 
 
 @dataclass
@@ -228,7 +229,7 @@ def learning_curves_figure(groups: dict[int, dict] | None, curves: list, title: 
     width, height = 5.2 * len(CURVE_PANELS), 4.4
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, len(CURVE_PANELS), squeeze=False)[0]
-    cmap = matplotlib_colormap(len(groups) if groups is not None else len(curves))
+    cmap = series_colours(len(groups) if groups is not None else len(curves))
     for ax, (key, label, scale) in zip(axes, CURVE_PANELS):
         lines: list[list[float]] = []  # every drawn series, for the zoom
         steps_of: list[list[int]] = []  # the updates of each series in `lines`

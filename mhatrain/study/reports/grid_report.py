@@ -5,7 +5,7 @@ next to the runs:
     report.csv         one row per h (csv_tables.py)
     report-runs.csv    one row per run (csv_tables.py)
     report.json        everything
-    report.png         the measures against h, beside the paper's (figures.py)
+    report.png         the measures against h, beside the paper's (head_count_figure.py)
     report-lengths.csv test BLEU by source length (lengths.py)
     curves.png         learning curves, mean over seeds per h (curves.py)
 A study varied over other settings has one such grid per cell (regimes.py).
@@ -17,20 +17,20 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from ..core import provenance
-from ..core.files import atomic_write_json, atomic_write_text
+from ...core import provenance
+from ...core.files import atomic_write_json, atomic_write_text
+from ..grid.directory import code_name, differing_settings
+from ..grid.run_records import MEASURE, RunRecord, gather, point_sessions
+from ..stats.comparison import BASELINE_HEADS, compare_heads
+from ..stats.significance import BOOTSTRAP_SAMPLES
 from .by_heads import rows_by_heads
 from .claims import PAPER_SOURCE, PAPER_TABLE_3A, claims
-from .comparison import BASELINE_HEADS, compare_heads
 from .csv_tables import to_csv
 from .curves import group_by_heads, learning_curves_plot, read_curve, study_runs
-from .figures import head_count_plot
+from .head_count_figure import head_count_plot
 from .lengths import length_analysis
 from .lengths import write_csv as write_lengths_csv
 from .markdown import to_markdown
-from .record import code_name, differing_settings
-from .run_records import MEASURE, RunRecord, gather, point_sessions
-from .significance import BOOTSTRAP_SAMPLES
 
 
 def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:

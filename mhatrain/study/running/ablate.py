@@ -5,8 +5,8 @@ parameters and compute are the same at every grid point, only the way attention 
 model.d_head fixes the head size: then they grow with h). `--vary KEY=V1,V2` repeats the grid in every
 combination of other settings (a cell each; regimes.py maps where extra heads help).
 
-This module runs a study's grid points; record.py says what a study directory holds and what each point
-needs. `--dry-run` prints the commands of every point (record.point_commands), `--jobs N` runs them as
+This module runs a study's grid points; grid/directory.py says what a study directory holds and what each point
+needs. `--dry-run` prints the commands of every point (directory.point_commands), `--jobs N` runs them as
 subprocesses, `--jobs 1` calls the same library functions in-process, and `--executor slurm|local`
 submits each point as a job (cluster.py), so a study gives the same results whichever way it runs.
 """
@@ -28,38 +28,35 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from ..core.config import Config, load_config
-from ..core.distributed import read_launch, resolve_device
-from ..core.errors import MhatrainError
-from ..core.provenance import record_session, session
-from ..core.runtime import is_device_name, slow_bf16_warning
-from ..data.sources import check_splits
-from ..inference.trained import evaluate_run
-from ..model.sizes import head_size
-from ..training.loop import train
-from ..training.tensorboard_log import check_available as check_tensorboard
-from ..training.validation import selection_metric
-from .cluster import JobOptions, check_options, job_slot, run_jobs
-from .grid_display import GridDisplay
-from .record import (
+from ...core.config import Config, load_config
+from ...core.distributed import read_launch, resolve_device
+from ...core.errors import MhatrainError
+from ...core.provenance import record_session, session
+from ...core.runtime import is_device_name, slow_bf16_warning
+from ...data.sources import check_splits
+from ...inference.trained import evaluate_run
+from ...model.sizes import head_size
+from ...training.loop import train
+from ...training.tensorboard_log import check_available as check_tensorboard
+from ...training.validation import selection_metric
+from ..grid.directory import (
     EVAL_SPLITS,
-    Point,
-    Slot,
     Study,
-    check_factors,
     missing_evaluations,
     needed_commands,
     open_study,
     plan_study,
     point_commands,
     point_outcome,
-    point_overrides,
     point_seconds,
     shell_line,
     study_lock,
 )
-from .regimes import plan_lines
-from .report import report_study
+from ..grid.points import Point, Slot, check_factors, point_overrides
+from ..reports.regimes import plan_lines
+from ..reports.study_report import report_study
+from .cluster import JobOptions, check_options, job_slot, run_jobs
+from .grid_progress import GridDisplay
 
 # ----------------------------------------------------------------------------- where points run
 
@@ -291,7 +288,7 @@ def _run_subprocesses(study: Study, todo: list[Point], slots: list[Slot], done_b
 
 
 class Subprocesses:
-    """Grid points run as subprocesses: the commands each still needs (record.needed_commands), with
+    """Grid points run as subprocesses: the commands each still needs (directory.needed_commands), with
     their output in the point's log.
 
     A worker thread per slot takes the next point and a free slot; the main thread shows each running

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.roles import study_role_measures, study_role_shares
-from ..core.files import read_json
-from ..model.sizes import head_size
+from ...analysis.roles import study_role_measures, study_role_shares
+from ...core.files import read_json
+from ...model.sizes import head_size
+from ..grid.run_records import RunRecord
+from ..stats.comparison import BASELINE_HEADS
+from ..stats.significance import contrast_estimate, fit_seed_blocks, seed_interval
 from .claims import PAPER_TABLE_3A
-from .comparison import BASELINE_HEADS
-from .run_records import RunRecord
-from .significance import contrast_estimate, fit_seed_blocks, seed_interval
 
 METRICS = (
     "valid_ppl",

@@ -1,4 +1,4 @@
-"""The report of a prune directory (prune.py): per penalty λ, the open heads per kind and layer, the
+"""The report of a prune directory (running/prune.py): per penalty λ, the open heads per kind and layer, the
 test BLEU, chrF and cross-entropy of the gated model at its last checkpoint, the pruned run's size, and
 whether and where its gates settled; report.md, report.json, gate-maps.png (each head's final P(open))
 and gate-trajectories.png (P(open) over the fine-tuning updates).
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from ..analysis.figures import gate_maps, gate_trajectories
-from ..core.files import atomic_write_json, atomic_write_text
+from ...analysis.figures import gate_maps, gate_trajectories
+from ...core.files import atomic_write_json, atomic_write_text
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
 GATE_MAPS, TRAJECTORIES = "gate-maps.png", "gate-trajectories.png"
