@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mhatrain.bench import BenchOptions, run_benches
 from mhatrain.bench.against import role_module
+from mhatrain.bench.cli_options import parse_precision
 from mhatrain.bench.memory import Workload, peak_memory_mib
-from mhatrain.bench.options import check_options
+from mhatrain.bench.options import BenchOptions, check_options
 from mhatrain.bench.report import OURS
+from mhatrain.bench.runner import run_benches
 from mhatrain.bench.timing import Summary, ready_step, time_alternating
-from mhatrain.cli import parse_precision
 from mhatrain.core.config import ModelConfig
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import PAD
@@ -222,8 +222,8 @@ def test_a_failed_check_fails_the_command_after_writing_the_results(tmp_path, mo
     from rich.console import Console
 
     import mhatrain.bench.attention as attention
-    from mhatrain.bench import report_benches
     from mhatrain.bench.report import Check
+    from mhatrain.bench.runner import report_benches
 
     monkeypatch.setattr(attention, "check_same_output", lambda *args: Check("peers give our output", False, "Δ 1"))
     out = tmp_path / "bench.json"
