@@ -9,10 +9,11 @@ the ones before it (tests/test_layers.py checks this, and that no import cycle e
     training   the step, the loop, averaging
     analysis   attention maps, head importance and roles
     study      the head-count grid, its report and statistics
+    console    the command line's plumbing: option parsers, Typer's help words, the error line, exit codes
     bench      timings against named peers
     cli        the `mhatrain` command
 """
 
 __version__ = "0.1.0"
 
-LAYERS = ("core", "data", "model", "inference", "training", "analysis", "study", "bench", "cli")
+LAYERS = ("core", "data", "model", "inference", "training", "analysis", "study", "console", "bench", "cli")

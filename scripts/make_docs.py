@@ -40,8 +40,8 @@ def _plain(text: str | None) -> str:
 
 
 def _metavar(param) -> str:
-    """What an option's value looks like, as --help writes it (mhatrain.cli.value_word)."""
-    from mhatrain.cli import OPTIONAL_VALUE, value_word
+    """What an option's value looks like, as --help writes it (mhatrain.console.shims.value_word)."""
+    from mhatrain.console.shims import OPTIONAL_VALUE, value_word
 
     word = value_word(param)
     return f"[{word}]" if set(param.opts) & set(OPTIONAL_VALUE) and not word.startswith("[") else word
@@ -58,7 +58,7 @@ def _summary(text: str | None) -> str:
 
 def _usage(name: str, command) -> str:
     parts = [f"mhatrain {name}", "[OPTIONS]"] if any(_is_option(p) for p in command.params) else [f"mhatrain {name}"]
-    from mhatrain.cli import argument_usage
+    from mhatrain.console.shims import argument_usage
 
     parts += [argument_usage(param) for param in command.params if not _is_option(param)]
     return " ".join(parts)
@@ -86,7 +86,7 @@ def _param_row(param) -> str:
         if getattr(param, "multiple", False) and "repeatable" not in (param.help or ""):
             name += " (repeatable)"
     else:
-        from mhatrain.cli import argument_name
+        from mhatrain.console.shims import argument_name
 
         name = argument_name(param)
     note = " Required." if param.required and _is_option(param) else ""

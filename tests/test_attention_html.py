@@ -13,6 +13,7 @@ import pytest
 from mhatrain import cli
 from mhatrain.analysis.maps import KINDS
 from mhatrain.analysis.page import AttentionView, render_page, write_attention_html
+from mhatrain.console.shims import with_optional_values
 
 from . import browser as browser_module
 from .browser import require_browser, start_chromium
@@ -62,11 +63,11 @@ def test_a_view_whose_labels_do_not_fit_its_maps_is_refused():
 
 def test_bare_html_option_stands_for_the_default_file():
     args = ["attention", "run", "A cat."]
-    assert cli.with_optional_values(args + ["--html"]) == args + ["--html="]
-    assert cli.with_optional_values(args + ["--html", "--layer", "2"]) == args + ["--html=", "--layer", "2"]
-    assert cli.with_optional_values(args + ["--html", "page.html"]) == args + ["--html", "page.html"]
-    assert cli.with_optional_values(args + ["--html=page.html"]) == args + ["--html=page.html"]
-    assert cli.with_optional_values(["translate", "run", "--", "--html"]) == ["translate", "run", "--", "--html"]
+    assert with_optional_values(args + ["--html"]) == args + ["--html="]
+    assert with_optional_values(args + ["--html", "--layer", "2"]) == args + ["--html=", "--layer", "2"]
+    assert with_optional_values(args + ["--html", "page.html"]) == args + ["--html", "page.html"]
+    assert with_optional_values(args + ["--html=page.html"]) == args + ["--html=page.html"]
+    assert with_optional_values(["translate", "run", "--", "--html"]) == ["translate", "run", "--", "--html"]
 
 
 @pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mhatrain.bench import BenchOptions, run_benches
 from mhatrain.bench.against import role_module
+from mhatrain.bench.cli_options import parse_precision
 from mhatrain.bench.memory import Workload, peak_memory_mib
-from mhatrain.bench.options import check_options
+from mhatrain.bench.options import BenchOptions, check_options
 from mhatrain.bench.report import OURS
+from mhatrain.bench.runner import run_benches
 from mhatrain.bench.timing import Summary, ready_step, time_alternating
-from mhatrain.cli import parse_precision
 from mhatrain.core.config import ModelConfig
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import PAD
@@ -221,9 +221,9 @@ def test_decode_bench_times_ctranslate2_with_our_trained_weights(tmp_path, spm_c
 def test_a_failed_check_fails_the_command_after_writing_the_results(tmp_path, monkeypatch):
     from rich.console import Console
 
-    import mhatrain.bench.attention as attention
-    from mhatrain.bench import report_benches
+    import mhatrain.bench.attention_bench as attention
     from mhatrain.bench.report import Check
+    from mhatrain.bench.runner import report_benches
 
     monkeypatch.setattr(attention, "check_same_output", lambda *args: Check("peers give our output", False, "Δ 1"))
     out = tmp_path / "bench.json"
@@ -340,7 +340,7 @@ def test_a_failing_compile_falls_back_to_eager():
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_torch_transformer_with_our_weights_is_our_model(norm):
     from mhatrain.bench.inputs import synthetic_pairs
-    from mhatrain.bench.train import check_torch_transformer
+    from mhatrain.bench.train_bench import check_torch_transformer
     from mhatrain.data.batches import collate
 
     cfg = ModelConfig(
@@ -481,7 +481,7 @@ def test_bad_against_fails_before_measuring(names, path, fragment):
 
 
 def test_the_bf16_peak_share_of_an_fp32_row_is_left_out_where_bf16_is_the_slow_mode():
-    from mhatrain.bench.train import peak_shares
+    from mhatrain.bench.train_bench import peak_shares
 
     fast_bf16 = {"fp32": 100e9, "bf16": 400e9}
     slow_bf16 = {"fp32": 100e9, "bf16": 1e9}

@@ -11,7 +11,7 @@ from rich.console import Console
 import mhatrain.training.step as update_step
 from mhatrain.bench.inputs import synthetic_pairs
 from mhatrain.bench.report import OURS
-from mhatrain.bench.train import LR, train_step
+from mhatrain.bench.train_bench import LR, train_step
 from mhatrain.core.config import load_config
 from mhatrain.core.distributed import Group
 from mhatrain.core.runtime import loss_scaler

@@ -211,6 +211,19 @@ class Exported:
     load_seconds: float  # CTranslate2 loading the written directory, as a user's first line would
 
 
+def export_for_deployment(run_dir: Path, dest: Path | None, out: Path, int8: bool, console) -> Exported:
+    """`mhatrain export RUN --ctranslate2 DIR [--int8]`: export_run, and the line that says where it went."""
+    if dest is not None:
+        raise MhatrainError("export --ctranslate2 DIR writes DIR: give no DEST")
+    written = export_run(run_dir, out, "int8" if int8 else "float32")
+    console.print(
+        f"export: CTranslate2 model ({written.quantization} weights) written to {written.directory}; "
+        f"CTranslate2 loads it in {written.load_seconds:.2f} s",
+        highlight=False,
+    )
+    return written
+
+
 def export_run(run_dir: Path, out: Path, quantization: str = "float32") -> Exported:
     """`mhatrain export RUN --ctranslate2 DIR`: the run's best weights into a new (or empty) DIR, loaded
     back once to check that CTranslate2 reads it."""

@@ -17,6 +17,7 @@ from sacrebleu.utils import SACREBLEU_DIR
 
 from ..core import provenance
 from ..core.errors import DataError, MhatrainError
+from ..core.files import atomic_write_json
 from ..data.sources import read_lines
 
 
@@ -105,6 +106,13 @@ def score_files(hyp: Path, ref: Path | None, sacrebleu_set: str | None, langpair
         ),
     )
     return result
+
+
+def write_scores(result: dict, json_path: Path | None, console) -> None:
+    """`score --json FILE`: the scores, signatures and provenance as JSON (nothing without a FILE)."""
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        console.print(f"report: {json_path}")
 
 
 def show_scores(result: dict, title: str, console) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core.checkpoint import check_compatible, checkpoint_state, load_checkpoint, save_checkpoint
 from ..core.config import config_from_dict
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, MhatrainError
 from ..core.rundir import AVERAGED, SNAPSHOTS_DIR, list_snapshots
 
 
@@ -61,6 +61,17 @@ def average_run(run_dir: Path, paths: list[Path]) -> Path:
     target = Path(run_dir) / AVERAGED
     save_checkpoint(target, state)
     return target
+
+
+def chosen_checkpoints(run_dir: Path, files: list[Path], last: int) -> list[Path]:
+    """`mhatrain average`'s checkpoints: the files given, or with --last N the run's newest N snapshots."""
+    if bool(files) == bool(last):
+        raise MhatrainError(
+            "average: give either checkpoint files or --last N, not both"
+            if files
+            else "average: give checkpoint files to average, or --last N for the run's newest snapshots"
+        )
+    return list(files) if files else last_snapshots(run_dir, last)
 
 
 def last_snapshots(run_dir: Path, n: int) -> list[Path]:

@@ -77,3 +77,12 @@ class TrainDisplay:
         if done <= 0:
             return "—"
         return clock((time.monotonic() - self.started) / done * max(0, self.total - step))
+
+
+def summary_line(summary: dict) -> str:
+    """The line `mhatrain train` ends with, from the run's train_summary.json."""
+    return (
+        f"trained {summary['updates']} updates in {summary['train_seconds']:.0f}s "
+        f"({summary['tokens_per_s']:.0f} target tokens/s); validation took {summary['valid_share']:.0%} "
+        f"of the time"
+    )

@@ -50,6 +50,18 @@ class JobOptions:
     cpus: int | None = None  # CPU cores per point (also train.threads)
 
 
+def job_options(
+    executor: str | None, partition: str | None, time_min: int | None, gpus: int | None, cpus: int | None
+) -> JobOptions | None:
+    """`ablate --executor ... --partition ... --time ... --gpus ... --cpus ...` → JobOptions (None: no
+    cluster); the scheduler's options without --executor are an error."""
+    if executor is None:
+        if any(v is not None for v in (partition, time_min, gpus, cpus)):
+            raise MhatrainError("--partition, --time, --gpus and --cpus go with --executor slurm or local")
+        return None
+    return JobOptions(executor, partition, time_min, gpus, cpus)  # check_options checks the executor
+
+
 def check_options(options: JobOptions, jobs: int, devices: str | None) -> None:
     """One-line errors for options that cannot work, before anything is recorded or submitted."""
     if options.executor not in EXECUTORS:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+
 from ...core.errors import MhatrainError
 from ...core.files import atomic_write, atomic_write_text, portable_text
 from ...core.provenance import PROVENANCE_FILE
@@ -94,6 +96,25 @@ def export_run(run_dir: Path, dest: Path, base: Path | None = None) -> list[Path
     if not (run_dir / CONFIG_FILE).is_file():
         raise MhatrainError(f"{run_dir} is neither a study ({STUDY_FILE}) nor a run directory ({CONFIG_FILE})")
     return _export_run(run_dir, dest, base)
+
+
+def export_light_files(source: Path, dest: Path | None, overwrite: bool, int8: bool, console: Console) -> None:
+    """`mhatrain export SOURCE DEST`: export, and the lines that say what was written and what was kept."""
+    if int8:
+        raise MhatrainError("--int8 applies to export --ctranslate2 only")
+    if dest is None:
+        raise MhatrainError("export needs DEST (a directory to copy the light files into), or --ctranslate2 DIR")
+    count, kept = export(source, dest, overwrite=overwrite)
+    console.print(
+        f"export: {count} files written to {dest} (absolute paths made relative to {Path.cwd()})", highlight=False
+    )
+    if kept:
+        shown = ", ".join(str(p.relative_to(dest)) for p in kept[:5]) + (", ..." if len(kept) > 5 else "")
+        console.print(
+            f"export: {len(kept)} file{'s' if len(kept) != 1 else ''} already there "
+            f"{'was' if len(kept) == 1 else 'were'} kept: {shown}",
+            highlight=False,
+        )
 
 
 def export(source: Path, dest: Path, base: Path | None = None, overwrite: bool = False) -> tuple[int, list[Path]]:

@@ -97,6 +97,14 @@ def l0_name(l0: float) -> str:
 # ----------------------------------------------------------------------------- options
 
 
+def prune_plan(
+    source: Path, out: Path | None, l0: str, window: int, min_updates: int, max_updates: int, overrides: list[str]
+) -> PrunePlan:
+    """`mhatrain prune`'s options → its plan: --l0's penalties parsed, --out by default RUN_DIR-prune."""
+    out = out if out is not None else source.with_name(source.name + "-prune")
+    return PrunePlan(source, out, parse_l0s(l0), window, min_updates, max_updates, overrides)
+
+
 def parse_l0s(text: str) -> list[float]:
     """`--l0 0,0.01,0.1`: distinct, finite, non-negative penalties in the order given; one-line errors."""
     items = [item.strip() for item in str(text).split(",")]
