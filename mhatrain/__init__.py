@@ -8,7 +8,7 @@ the ones before it (tests/test_layers.py checks this, and that no import cycle e
     inference  search, scoring, a trained run
     training   the step, the loop, averaging
     analysis   attention maps, head importance and roles
-    study      the head-count grid, its report and statistics
+    study      a study in four rooms: its grid, its statistics, its reports, running it
     console    the command line's plumbing: option parsers, Typer's help words, the error line, exit codes
     bench      timings against named peers
     cli        the `mhatrain` command

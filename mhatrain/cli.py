@@ -14,7 +14,7 @@ from rich.console import Console
 
 from .bench import cli_options as bench_option
 from .bench.runner import report_benches
-from .console import options as opt
+from .console import command_options as opt
 from .console.shims import root_options, run
 from .core.config import load_config
 from .core.rundir import default_run_dir

@@ -23,7 +23,7 @@ import torch
 import yaml
 from rich.console import Console
 
-from mhatrain.console.options import int_list
+from mhatrain.console.command_options import int_list
 from mhatrain.core.checkpoint import load_checkpoint
 from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError

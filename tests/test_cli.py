@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mhatrain.console.options import int_list
+from mhatrain.console.command_options import int_list
 from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 

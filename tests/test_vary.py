@@ -20,9 +20,10 @@ from mhatrain.core.config import load_config
 from mhatrain.core.errors import MhatrainError
 from mhatrain.data.tokens import PAD
 from mhatrain.model.transformer import build_model, count_parameters
+from mhatrain.study.grid.costs import point_cost
 from mhatrain.study.grid.directory import open_study, point_dirs
 from mhatrain.study.grid.points import Point, cell_labels, expand_grid, parse_cell, parse_point_name
-from mhatrain.study.reports.regimes import point_cost, to_csv
+from mhatrain.study.reports.regime_map import to_csv
 from mhatrain.study.stats.comparison import verdict_of
 from mhatrain.study.stats.interaction import interaction, power
 

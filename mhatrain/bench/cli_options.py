@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ..console.options import choice, int_list, parse_device
+from ..console.command_options import choice, int_list, parse_device
 from ..core.errors import MhatrainError
 from .options import BENCHES, DECODE_PRECISIONS, DEFAULT_CONFIG, PRECISIONS, BenchOptions, check_options
 

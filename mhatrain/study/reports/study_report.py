@@ -20,7 +20,8 @@ from rich.console import Console
 from ...core.columns import unwrapped
 from ..stats.significance import BOOTSTRAP_SAMPLES
 from .grid_report import build_report, write
-from .regimes import is_varied, report_varied_study
+from .regime_map import report_varied_study
+from .regimes import is_varied
 from .terminal import show
 
 

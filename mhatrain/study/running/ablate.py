@@ -39,6 +39,7 @@ from ...model.sizes import head_size
 from ...training.loop import train
 from ...training.tensorboard_log import check_available as check_tensorboard
 from ...training.validation import selection_metric
+from ..grid.costs import plan_lines
 from ..grid.directory import (
     EVAL_SPLITS,
     Study,
@@ -53,7 +54,6 @@ from ..grid.directory import (
     study_lock,
 )
 from ..grid.points import Point, Slot, check_factors, point_overrides
-from ..reports.regimes import plan_lines
 from ..reports.study_report import report_study
 from .cluster import JobOptions, check_options, job_slot, run_jobs
 from .grid_progress import GridDisplay
