@@ -113,18 +113,34 @@ def test_encoder_without_padding_equals_the_padded_encoder_bit_for_bit(norm, ove
     assert not memory[~real].any()
 
 
-def test_encoder_pads_in_training_and_for_attention_maps():
-    """Training (dropout draws per position) and attention maps keep the padded layout."""
+def test_encoder_pads_in_training_with_gradients_and_for_attention_maps():
+    """Training (dropout draws per position), gradients (autograd keeps each layer's Q, K, V, which
+    Packing's reused buffer would overwrite) and attention maps keep the padded layout."""
     model, src = small_model(), ragged_batch()
     with torch.no_grad():
-        _, src_mask = model.encode(src)
+        packed, src_mask = model.encode(src)
         real = src_mask[:, 0, 0]
+        assert not packed[~real].any()
         maps = Attention()
         memory, _ = model.encode(src, attention=maps)
         assert memory[~real].any() and maps.enc_self[0].shape == (5, 4, 9, 9)
-        model.train()
+    memory, _ = model.encode(src)  # gradients on
+    assert memory[~real].any()
+    memory.sum().backward()
+    model.train()
+    with torch.no_grad():
         memory, _ = model.encode(src)
-        assert memory[~real].any()
+    assert memory[~real].any()
+
+
+def test_packing_reuses_one_zeroed_buffer_per_width():
+    """Each layer writes the same real positions of one buffer: the padded ones stay 0."""
+    packing = transformer.Packing.of(torch.tensor([[True, False], [True, True]]))
+    first = packing.unpack(torch.ones(3, 2))
+    second = packing.unpack(torch.full((3, 2), 2.0))
+    assert first.data_ptr() == second.data_ptr()
+    assert second.view(4, 2)[:, 0].tolist() == [2.0, 0.0, 2.0, 2.0]
+    assert packing.unpack(torch.ones(3, 5)).data_ptr() != first.data_ptr()
 
 
 def test_packing_round_trip():

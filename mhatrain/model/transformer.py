@@ -303,13 +303,14 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S]).
 
-        Outside training and without maps, the layers' position-wise work skips the padding (see
-        Packing), and memory is 0 at padded positions, which src_mask hides from every reader.
+        Outside training, without gradients and without maps, the layers' position-wise work skips the
+        padding (see Packing), and memory is 0 at padded positions, which src_mask hides from every reader.
         """
         src_mask = padding_mask(src, self.pad_id)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
-        packing = self._packing(src) if attention is None and not self.training else None
+        decoding = attention is None and not self.training and not torch.is_grad_enabled()
+        packing = self._packing(src) if decoding else None
         if packing is not None:
             x = packing.pack(x)  # [n, D]
         for layer in self.encoder:
