@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from mhatrain.core.config import HeadGatesConfig, HeadsPerLayer
 from mhatrain.data.tokens import BOS, PAD
+from mhatrain.model import transformer
 from mhatrain.model.transformer import Attention, HeadGates, count_parameters, gated_heads, sinusoidal_positions
 
 from . import conftest
@@ -75,6 +77,78 @@ def test_padding_does_not_change_results(norm, explicit):
     assert_close(memory[0, :4], alone_memory[0], **TOL)
     assert_close(logits[0, :4], alone_logits[0], **TOL)
     assert torch.isfinite(logits).all() and torch.isfinite(memory).all()
+
+
+def ragged_batch(seed: int = 7) -> torch.Tensor:
+    """[5, 9] sources of lengths 9, 1, 4, 7 and 2, right-padded."""
+    return pad_to([tokens(n, seed=seed + n) for n in (9, 1, 4, 7, 2)], 9)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"heads_per_layer": HeadsPerLayer(enc_self=[0, 2])}, {"head_gates": HeadGatesConfig(kinds=["enc_self"])}],
+    ids=["plain", "pruned", "gated"],
+)
+def test_encoder_without_padding_equals_the_padded_encoder_bit_for_bit(norm, overrides, monkeypatch):
+    """Outside training the encoder's position-wise work skips the padding (Packing): every real
+    position's output is the padded computation's exactly, and padded positions hold 0."""
+    model = small_model(norm, **overrides)
+    src = ragged_batch()
+    packed = []
+    unpack = transformer.Packing.unpack
+
+    def spy(self, x):
+        packed.append(x.size(0))
+        return unpack(self, x)
+
+    monkeypatch.setattr(transformer.Packing, "unpack", spy)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        monkeypatch.setattr(transformer, "PACK_MIN_ROWS", 10**9)  # never pack
+        padded, _ = model.encode(src)
+    real = src_mask[:, 0, 0]  # [B, S]
+    assert packed and set(packed) == {int(real.sum())}  # the layers saw the 23 real tokens only
+    assert torch.equal(memory[real], padded[real])
+    assert not memory[~real].any()
+
+
+def test_encoder_pads_in_training_with_gradients_and_for_attention_maps():
+    """Training (dropout draws per position), gradients (autograd keeps each layer's Q, K, V, which
+    Packing's reused buffer would overwrite) and attention maps keep the padded layout."""
+    model, src = small_model(), ragged_batch()
+    with torch.no_grad():
+        packed, src_mask = model.encode(src)
+        real = src_mask[:, 0, 0]
+        assert not packed[~real].any()
+        maps = Attention()
+        memory, _ = model.encode(src, attention=maps)
+        assert memory[~real].any() and maps.enc_self[0].shape == (5, 4, 9, 9)
+    memory, _ = model.encode(src)  # gradients on
+    assert memory[~real].any()
+    memory.sum().backward()
+    model.train()
+    with torch.no_grad():
+        memory, _ = model.encode(src)
+    assert memory[~real].any()
+
+
+def test_packing_reuses_one_zeroed_buffer_per_width():
+    """Each layer writes the same real positions of one buffer: the padded ones stay 0."""
+    packing = transformer.Packing.of(torch.tensor([[True, False], [True, True]]))
+    first = packing.unpack(torch.ones(3, 2))
+    second = packing.unpack(torch.full((3, 2), 2.0))
+    assert first.data_ptr() == second.data_ptr()
+    assert second.view(4, 2)[:, 0].tolist() == [2.0, 0.0, 2.0, 2.0]
+    assert packing.unpack(torch.ones(3, 5)).data_ptr() != first.data_ptr()
+
+
+def test_packing_round_trip():
+    real = torch.tensor([[True, True, False], [True, False, False]])
+    packing = transformer.Packing.of(real)
+    x = torch.arange(6.0).view(2, 3, 1) + 1
+    assert packing.pack(x).view(-1).tolist() == [1.0, 2.0, 4.0]
+    assert packing.unpack(packing.pack(x)).view(2, 3).tolist() == [[1.0, 2.0, 0.0], [4.0, 0.0, 0.0]]
 
 
 # ----------------------------------------------------------------------------- embeddings

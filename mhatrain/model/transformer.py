@@ -17,10 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.config import ATTENTION_KINDS, ModelConfig
-from .attention import KVCache, Mask, MultiHeadAttention
+from .attention import KVCache, Mask, MultiHeadAttention, Packing
 from .dropout import Dropout
 from .gates import HardConcreteGate
 from .sizes import heads_in, model_head_size
+
+PACK_MIN_ROWS = 4  # fewer rows take another matmul kernel on the CPU (measured with MKL), which rounds differently
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -107,7 +109,8 @@ class EncoderLayer(nn.Module):
     the position-wise feed-forward network (§3.3), each in a residual connection with dropout and
     LayerNorm (post-norm as in the paper, or pre-norm: model.norm).
 
-    forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None).
+    forward: x [B, S, D], the source padding Mask → (x [B, S, D], probabilities [B, H, S, S] or None);
+    with a Packing, x is the batch's real tokens [n, D] in and out.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
@@ -118,9 +121,9 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x, src_mask, need_weights=False):
+    def forward(self, x, src_mask, need_weights=False, packing: Packing | None = None):
         h = self.res_attn.enter(x)
-        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights)
+        out, probs = self.self_attn(h, h, src_mask, need_weights=need_weights, packing=packing)
         x = self.res_attn(x, out)
         x = self.res_ffn(x, self.ffn(self.res_ffn.enter(x)))
         return x, probs
@@ -298,15 +301,32 @@ class Transformer(nn.Module):
         return {"p_open": p_open, "open_heads": open_heads, "partly_open": partly} if p_open else {}
 
     def encode(self, src: torch.Tensor, attention: Attention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S])."""
+        """src: [B, S] → (memory [B, S, D], src_mask [B, 1, 1, S]).
+
+        Outside training, without gradients and without maps, the layers' position-wise work skips the
+        padding (see Packing), and memory is 0 at padded positions, which src_mask hides from every reader.
+        """
         src_mask = padding_mask(src, self.pad_id)
         mask = Mask(src_mask)  # one mask (and one additive bias) for every layer
         x = self._embed(src)
+        decoding = attention is None and not self.training and not torch.is_grad_enabled()
+        packing = self._packing(src) if decoding else None
+        if packing is not None:
+            x = packing.pack(x)  # [n, D]
         for layer in self.encoder:
-            x, probs = layer(x, mask, need_weights=attention is not None)
+            x, probs = layer(x, mask, need_weights=attention is not None, packing=packing)
             if attention is not None:
                 attention.enc_self.append(probs)
-        return self.enc_norm(x), src_mask
+        x = self.enc_norm(x)
+        return (packing.unpack(x) if packing is not None else x), src_mask
+
+    def _packing(self, src: torch.Tensor) -> Packing | None:
+        """The real tokens of src [B, S] when packing pays: some padding, and at least PACK_MIN_ROWS real
+        tokens (BLAS rounds a product of fewer rows differently, so that a packed batch would not give
+        the padded batch's numbers bit for bit)."""
+        real = src != self.pad_id
+        n = int(real.sum())
+        return Packing.of(real) if PACK_MIN_ROWS <= n < real.numel() else None
 
     def decode(
         self,
