@@ -20,7 +20,7 @@ from mhatrain.model.pruning import pruned_layout
 from mhatrain.study.grid.directory import study_lock
 from mhatrain.study.running.prune import settled
 
-from .conftest import assert_clean_error, run_cli, set_args
+from .conftest import ROOT, TINY, assert_clean_error, run_cli, set_args
 from .test_crash import assert_identical, metric_records
 
 SETTINGS = ("--window", "40", "--min-updates", "120", "--max-updates", "200")
@@ -156,6 +156,31 @@ def test_the_report_sets_gates_beside_importance_pruning_at_the_same_counts(prun
     assert "against the λ = 0 run" in report and "against the unpruned source" in report
     assert "No head-count grid given" in report
     assert (out / "gates-vs-importance.png").stat().st_size > 0
+
+
+def test_the_grid_gives_each_h_at_h_heads_in_every_attention_module():
+    """The committed Multi30k study: 6 + 6 layers, so 18 attention modules; h = 1 at 18 heads."""
+    from mhatrain.study.reports.gates_vs_importance import grid_points, grid_row
+
+    grid = grid_points(ROOT / "results" / "ablate-multi30k")
+    assert grid["modules"] == 18 and grid["points"]
+    assert all(point["open"] == 18 * point["heads"] for point in grid["points"])
+    one = grid_row(grid, 1)
+    assert one["open"] == 18 and one["bleu_seeds"] >= 3 and 0 < one["bleu"] < 100
+
+
+def test_each_penalty_writes_its_layout_for_a_control_trained_from_scratch(pruned):
+    import yaml
+
+    from mhatrain.core.config import load_config
+
+    out, _ = pruned
+    for run in report_runs(out).values():
+        text = (out / run["run"] / "layout.yaml").read_text()
+        assert yaml.safe_load(text) == {"model": {"heads_per_layer": run["pruned"]["heads_per_layer"]}}
+        setting = text.splitlines()[2].split("--set '")[1].rstrip("'")  # the command the file shows
+        layout = load_config(TINY, [setting]).model.heads_per_layer
+        assert vars(layout) == run["open_heads"] == run["pruned"]["heads_per_layer"]
 
 
 def test_the_grid_h1_row_compares_both_with_the_separately_trained_model():

@@ -6,7 +6,9 @@ A prune directory (this module names its files; prune_report.py writes the repor
     provenance.json      one session per `mhatrain prune` (core/provenance.py)
     l0=0.01/ ...         one run directory per λ: the source's config with model.head_gates.l0=λ, its
                          tokenizer, and what `train` writes (metrics.jsonl records each head's P(open) at
-                         every logged update); eval/test.beamK.last.json; outcome.json when it is done
+                         every logged update); eval/test.beamK.last.json; outcome.json when it is done;
+                         layout.yaml, the open heads per kind and layer as model.heads_per_layer (a
+                         fixed-layout control trains them from scratch), written with the report
     pruned/l0=0.01/      the λ run's closed heads cut out of its weights (inference/pruned.py)
     importance.json      the source with as many heads open as each λ run, the least important masked
                          (analysis/importance_counts.py): measured once every λ run is finished, one count
@@ -66,6 +68,7 @@ PRUNE_FILE = "prune.yaml"
 OUTCOME_FILE = "outcome.json"  # in a λ run directory, once it is trained, evaluated and pruned
 PRUNED_DIR = "pruned"
 IMPORTANCE_FILE = "importance.json"
+LAYOUT_FILE = "layout.yaml"  # in a λ run directory: its open heads as model.heads_per_layer
 SPLIT = "test"
 WHICH = "last"  # the checkpoint a λ run is evaluated and pruned at: its settled gates
 SETTLE_TOLERANCE = 0.02  # a settled head's P(open) moves less than this over a window
@@ -264,6 +267,8 @@ def report(out: Path, l0s: list[float], console: Console) -> dict:
     outcomes = [o for l0 in l0s if (o := read_outcome(out / l0_name(l0))) is not None]
     pending = [l0_name(l0) for l0 in l0s if read_outcome(out / l0_name(l0)) is None]
     histories = [gate_history(out / o["run"]) for o in outcomes]
+    for outcome in outcomes:
+        write_layout(out / outcome["run"], outcome)
     importance = None
     if outcomes and not pending:
         decode = load_config(out / outcomes[0]["run"] / CONFIG_FILE, check_paths=False).decode
@@ -273,6 +278,27 @@ def report(out: Path, l0s: list[float], console: Console) -> dict:
         )
     grid = grid_points(Path(record["grid"])) if record.get("grid") else None
     return write_report(out, record, outcomes, histories, pending, console, importance, grid)
+
+
+def write_layout(run_dir: Path, outcome: dict) -> Path:
+    """layout.yaml of a finished λ run: its pruned model's heads per kind and layer, as the config key
+    model.heads_per_layer, with the `--set` that trains a model of that layout from scratch."""
+    layout = outcome["pruned"]["heads_per_layer"]
+    inline = ", ".join(f"{kind}: {counts}" for kind, counts in layout.items())
+    header = [
+        f"# The open heads of {outcome['run']}'s gates ({outcome['open_total']} of {outcome['heads_total']}) per kind",
+        "# and layer from the bottom, each head of the source's size. To train this layout from scratch:",
+        f"#   mhatrain train CONFIG --set 'model.heads_per_layer={{{inline}}}'",
+    ]
+    text = (
+        "\n".join(header)
+        + "\n"
+        + yaml.safe_dump({"model": {"heads_per_layer": layout}}, default_flow_style=None, sort_keys=False)
+    )
+    path = Path(run_dir) / LAYOUT_FILE
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+    return path
 
 
 def finish_l0(plan: PrunePlan, l0: float, console: Console) -> dict:
