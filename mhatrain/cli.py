@@ -233,9 +233,7 @@ def prune(
     run_dir: Path = typer.Argument(..., help="Run directory of a trained model: every λ starts from its best.pt."),
     l0: str = typer.Option("0,0.01,0.03,0.1,0.3", "--l0", help="L0 penalties λ, one fine-tuned run each."),
     out: Path | None = typer.Option(None, "--out", help="Prune directory (default: RUN_DIR-prune)."),
-    window: int = typer.Option(
-        200, "--window", help="Gates have settled when the open-head count stays the same over this many updates."
-    ),
+    window: int = typer.Option(200, "--window", help="Settled: the open-head count holds for this many updates."),
     min_updates: int = typer.Option(
         2000, "--min-updates", help="No λ run counts as settled before this update (its gates need time to move)."
     ),
@@ -243,12 +241,13 @@ def prune(
         20000, "--max-updates", help="Stop a λ run here even if its gates have not settled (a multiple of --window)."
     ),
     set_: opt.SetOption = None,
+    grid: opt.GridOption = None,
 ):
     """Learned head gates (Voita et al. 2019): fine-tune RUN_DIR per L0 penalty until its gates settle,
     evaluate, cut the closed heads out, report. Rerun the same command to continue."""
     from .study.running.prune import prune_plan, run_prune
 
-    run_prune(prune_plan(run_dir, out, l0, window, min_updates, max_updates, set_ or []), console)
+    run_prune(prune_plan(run_dir, out, l0, window, min_updates, max_updates, set_ or [], grid), console)
 
 
 @app.command()

@@ -20,7 +20,7 @@ from mhatrain.model.pruning import pruned_layout
 from mhatrain.study.grid.directory import study_lock
 from mhatrain.study.running.prune import settled
 
-from .conftest import assert_clean_error, run_cli, set_args
+from .conftest import ROOT, TINY, assert_clean_error, run_cli, set_args
 from .test_crash import assert_identical, metric_records
 
 SETTINGS = ("--window", "40", "--min-updates", "120", "--max-updates", "200")
@@ -102,7 +102,103 @@ def test_a_rerun_skips_finished_penalties(pruned, tiny_run):
     assert "2 of 2 λ runs already finished: skipped" in result.stdout
     assert "fine-tuning" not in result.stdout and "resuming" not in result.stdout
     assert {p: p.read_bytes() for p in out.glob("l0=*/outcome.json")} == before
+    assert "importance pruning" not in result.stdout  # its counts are in importance.json: not measured again
     assert_identical(load_checkpoint(out / "l0=1" / "last.pt"), last)
+
+
+# ----------------------------------------------------------------------------- gates against importance pruning
+
+
+def test_importance_pruning_at_n_open_heads_masks_the_heads_that_heads_removes_first(tmp_path, tiny_run):
+    """The order is `mhatrain heads`' all-kinds pruning order (its prune_rank), and n open heads mask
+    exactly the total − n first of it, with `heads`' own masks."""
+    from mhatrain.analysis.importance import Head, gates_without
+    from mhatrain.analysis.importance_counts import gates_with_open, importance_order
+
+    result = run_cli("heads", str(tiny_run), "--metric", "loss", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads((tmp_path / "heads-valid.json").read_text())["heads"]
+    by_rank = sorted(records, key=lambda r: r["prune_rank"])
+    heads_order = [Head(r["kind"], r["layer"] - 1, r["head"] - 1) for r in by_rank]
+    run = load_run(tiny_run)
+    order = importance_order(run)
+    assert order == heads_order and len(order) == 24  # the tiny model: 2 layers × 3 kinds × 4 heads
+    for n in (24, 17, 5, 0):
+        gates = gates_with_open(run.model, order, n)
+        closed = sum(int((t == 0).sum()) for t in vars(gates).values() if t is not None)
+        assert closed == 24 - n
+        expected = gates_without(run.model, heads_order[: 24 - n], torch.device("cpu"))
+        assert all(torch.equal(a, b) for a, b in zip(vars(gates).values(), vars(expected).values()))
+    with pytest.raises(ValueError):
+        gates_with_open(run.model, order, 25)
+
+
+def test_the_report_sets_gates_beside_importance_pruning_at_the_same_counts(pruned):
+    out, _ = pruned
+    runs = report_runs(out)
+    importance = json.loads((out / "importance.json").read_text())
+    assert importance["heads_total"] == 24 and len(importance["order"]) == 24
+    counts = {run["open_total"] for run in runs.values()}
+    assert set(importance["points"]) == {str(n) for n in counts | {24}}
+    for n, point in importance["points"].items():
+        assert point["open"] == int(n) and point["removed"] == 24 - int(n)
+        assert point["cross_entropy"] > 0 and 0 <= point["bleu"] <= 100
+    comparison = json.loads((out / "report.json").read_text())["comparison"]
+    rows = {row["l0"]: row for row in comparison["rows"]}
+    assert {row["open"] for row in rows.values()} == counts
+    assert rows[0.0]["gates_delta"] == {"cross_entropy": 0.0, "bleu": 0.0}  # λ = 0 against itself
+    assert rows[0.0]["importance_delta"] == {"cross_entropy": 0.0, "bleu": 0.0}  # all 24 open: the source
+    strong = rows[1.0]
+    assert strong["importance"]["cross_entropy"] == importance["points"][str(strong["open"])]["cross_entropy"]
+    assert strong["gates"]["cross_entropy"] == runs[1.0]["test"]["cross_entropy"]
+    report = (out / "report.md").read_text()
+    assert f"| 1 | {strong['open']}/24 | " in report and "| 0 | 24/24 | " in report
+    assert "against the λ = 0 run" in report and "against the unpruned source" in report
+    assert "No head-count grid given" in report
+    assert (out / "gates-vs-importance.png").stat().st_size > 0
+
+
+def test_the_grid_gives_each_h_at_h_heads_in_every_attention_module():
+    """The committed Multi30k study: 6 + 6 layers, so 18 attention modules; h = 1 at 18 heads."""
+    from mhatrain.study.reports.gates_vs_importance import grid_points, grid_row
+
+    grid = grid_points(ROOT / "results" / "ablate-multi30k")
+    assert grid["modules"] == 18 and grid["points"]
+    assert all(point["open"] == 18 * point["heads"] for point in grid["points"])
+    one = grid_row(grid, 1)
+    assert one["open"] == 18 and one["bleu_seeds"] >= 3 and 0 < one["bleu"] < 100
+
+
+def test_each_penalty_writes_its_layout_for_a_control_trained_from_scratch(pruned):
+    import yaml
+
+    from mhatrain.core.config import load_config
+
+    out, _ = pruned
+    for run in report_runs(out).values():
+        text = (out / run["run"] / "layout.yaml").read_text()
+        assert yaml.safe_load(text) == {"model": {"heads_per_layer": run["pruned"]["heads_per_layer"]}}
+        setting = text.splitlines()[2].split("--set '")[1].rstrip("'")  # the command the file shows
+        layout = load_config(TINY, [setting]).model.heads_per_layer
+        assert vars(layout) == run["open_heads"] == run["pruned"]["heads_per_layer"]
+
+
+def test_the_grid_h1_row_compares_both_with_the_separately_trained_model():
+    from mhatrain.study.reports.gates_vs_importance import comparison_lines
+
+    rows = [
+        {"l0": 0.0, "open": 24, "heads_total": 24, "gates": {"cross_entropy": 2.0, "bleu": 30.0}},
+        {"l0": 0.1, "open": 6, "heads_total": 24, "gates": {"cross_entropy": 2.5, "bleu": 25.0}},
+    ]
+    rows[0].update(gates_delta=None, importance={"cross_entropy": 2.1, "bleu": 29.0}, importance_delta=None)
+    rows[1].update(gates_delta=None, importance=None, importance_delta=None)
+    importance = {"heads_total": 24, "points": {"24": {"cross_entropy": 2.1, "bleu": 29.0}}, "checkpoint": "best"}
+    importance.update(order_sentences=500, order_split="valid", split="test", beam=4, alpha=0.6)
+    point = {"heads": 1, "open": 6, "bleu": 26.0, "bleu_seeds": 3, "cross_entropy": 2.25, "cross_entropy_seeds": 3}
+    lines = comparison_lines(rows, importance, {"study": "s", "modules": 6, "points": [point]})
+    assert "| 0.1 | 6/24 | +0.2500 | -1.00 | – | – |" in lines  # gates − h=1; no importance point at 6
+    assert "| 0 | 24/24 | -0.2500 | +4.00 | -0.1500 | +3.00 |" in lines
+    assert any("h=1: 6 heads, CE 2.2500 (3 seeds), BLEU 26.00 (3 seeds)" in line for line in lines)
 
 
 def test_a_second_copy_is_refused_with_one_line(pruned, tiny_run):
@@ -148,6 +244,7 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_result(tmp_path, pruned, tiny
         (("--max-updates", "100"), ("--max-updates 100 must be a multiple of --window 40",)),
         (("--min-updates", "200", "--max-updates", "80"), ("--min-updates 200 is above --max-updates 80",)),
         (("--set", "model.head_gates.l0=0.5"), ("prune sets model.head_gates.l0 itself",)),
+        (("--grid", "no-such-study"), ("--grid no-such-study: not a head-count study directory",)),
     ],
 )
 def test_bad_options_get_one_line(tmp_path, tiny_run, args, fragments):

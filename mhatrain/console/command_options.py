@@ -5,6 +5,7 @@ kind of option value, each failing with the one-line error that reads the same f
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +19,10 @@ SET_HELP = "Override a config value, e.g. --set train.max_tokens=2048 (repeatabl
 SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP)]
 BeamOption = Annotated[int | None, typer.Option("--beam", min=1, help="Beam size (default: decode.beam).")]
 AlphaOption = Annotated[float | None, typer.Option("--alpha", min=0.0, help="Length penalty (default: decode.alpha).")]
+GRID_HELP = (
+    "A head-count study (`mhatrain ablate`) whose mean test scores per h the prune report sets beside the gates."
+)
+GridOption = Annotated[Path | None, typer.Option("--grid", metavar="STUDY_DIR", help=GRID_HELP)]
 CHECKPOINTS = tuple(CHECKPOINT_FILES)  # best, last, averaged: what `eval` and `heads` --checkpoint may name
 
 

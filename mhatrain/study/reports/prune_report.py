@@ -1,7 +1,9 @@
 """The report of a prune directory (running/prune.py): per penalty λ, the open heads per kind and layer, the
 test BLEU, chrF and cross-entropy of the gated model at its last checkpoint, the pruned run's size, and
 whether and where its gates settled; report.md, report.json, gate-maps.png (each head's final P(open))
-and gate-trajectories.png (P(open) over the fine-tuning updates).
+and gate-trajectories.png (P(open) over the fine-tuning updates). Once importance pruning has been
+measured at the runs' open-head counts, the comparison of gates against importance pruning (and the grid)
+of gates_vs_importance.py: a section of report.md, report.json's "comparison" and gates-vs-importance.png.
 """
 
 from __future__ import annotations
@@ -13,18 +15,29 @@ from rich.console import Console
 
 from ...analysis.figures import gate_maps, gate_trajectories
 from ...core.files import atomic_write_json, atomic_write_text
+from .gates_vs_importance import FIGURE, comparison_lines, comparison_rows, draw_comparison
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
 GATE_MAPS, TRAJECTORIES = "gate-maps.png", "gate-trajectories.png"
 
 
 def write_report(
-    out: Path, record: dict, outcomes: list[dict], histories: list[list[dict]], pending: list[str], console: Console
+    out: Path,
+    record: dict,
+    outcomes: list[dict],
+    histories: list[list[dict]],
+    pending: list[str],
+    console: Console,
+    importance: dict | None = None,
+    grid: dict | None = None,
 ) -> dict:
     """Write report.json and report.md of prune directory `out` and draw its figures; print the table.
     record: its prune.yaml; outcomes: the finished λ runs' outcome.json, with their gate records
-    (`histories`, training.metrics.gate_history); pending: the λ runs not finished yet."""
+    (`histories`, training.metrics.gate_history); pending: the λ runs not finished yet; importance: the
+    source's scores at the runs' open-head counts (analysis/importance_counts.py), None until measured;
+    grid: a head-count study's points (gates_vs_importance.grid_points) or None."""
     out = Path(out)
+    rows = comparison_rows(outcomes, importance) if importance and outcomes else None
     report = {
         "source": record.get("source"),
         "checkpoint": record.get("checkpoint"),
@@ -34,12 +47,16 @@ def write_report(
         "overrides": record.get("overrides", []),
         "runs": outcomes,
         "pending": pending,
+        "comparison": {"rows": rows, "importance": importance, "grid": grid} if rows else None,
     }
     atomic_write_json(out / REPORT_JSON, report)
     lines = report_lines(report)
     if outcomes:
         _draw(out, outcomes, histories)
         lines += ["", f"![gate maps]({GATE_MAPS})", "", f"![P(open) over updates]({TRAJECTORIES})"]
+    if rows:
+        draw_comparison(rows, importance, grid, out / FIGURE)
+        lines += ["", *comparison_lines(rows, importance, grid), "", f"![gates against importance pruning]({FIGURE})"]
     atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
     console.print("\n".join(table_lines(outcomes)), highlight=False)
     console.print(f"report: {out / REPORT_MD}  {out / REPORT_JSON}", highlight=False)

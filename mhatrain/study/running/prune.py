@@ -6,9 +6,16 @@ A prune directory (this module names its files; prune_report.py writes the repor
     provenance.json      one session per `mhatrain prune` (core/provenance.py)
     l0=0.01/ ...         one run directory per λ: the source's config with model.head_gates.l0=λ, its
                          tokenizer, and what `train` writes (metrics.jsonl records each head's P(open) at
-                         every logged update); eval/test.beamK.last.json; outcome.json when it is done
+                         every logged update); eval/test.beamK.last.json; outcome.json when it is done;
+                         layout.yaml, the open heads per kind and layer as model.heads_per_layer (a
+                         fixed-layout control trains them from scratch), written with the report
     pruned/l0=0.01/      the λ run's closed heads cut out of its weights (inference/pruned.py)
-    report.md, report.json, gate-maps.png, gate-trajectories.png   (prune_report.py)
+    importance.json      the source with as many heads open as each λ run, the least important masked
+                         (analysis/importance_counts.py): measured once every λ run is finished, one count
+                         at a time, so a rerun measures only the counts it lacks
+    report.md, report.json, gate-maps.png, gate-trajectories.png, gates-vs-importance.png   (prune_report.py,
+                         gates_vs_importance.py; with --grid, or a grid recorded by an earlier run, the
+                         head-count study's points beside them)
 
 How a λ run starts: from the weights of the source's best.pt (its gates, which the source lacks, start
 open), a fresh optimiser, learning-rate schedule and progress, and the source's seed; the session in
@@ -41,6 +48,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from ...analysis.importance_counts import importance_at_counts
 from ...core.checkpoint import load_checkpoint
 from ...core.config import Config, dump_config, load_config
 from ...core.errors import CheckpointError, MhatrainError
@@ -52,12 +60,15 @@ from ...inference.trained import evaluate_run, load_run
 from ...model.transformer import count_parameters
 from ...training.loop import train
 from ...training.metrics import gate_history
-from ..grid.directory import read_yaml, study_lock
+from ..grid.directory import is_study, read_yaml, study_lock
+from ..reports.gates_vs_importance import grid_points
 from ..reports.prune_report import write_report
 
 PRUNE_FILE = "prune.yaml"
 OUTCOME_FILE = "outcome.json"  # in a λ run directory, once it is trained, evaluated and pruned
 PRUNED_DIR = "pruned"
+IMPORTANCE_FILE = "importance.json"
+LAYOUT_FILE = "layout.yaml"  # in a λ run directory: its open heads as model.heads_per_layer
 SPLIT = "test"
 WHICH = "last"  # the checkpoint a λ run is evaluated and pruned at: its settled gates
 SETTLE_TOLERANCE = 0.02  # a settled head's P(open) moves less than this over a window
@@ -77,6 +88,7 @@ class PrunePlan:
     min_updates: int  # no run is called settled before this update: its gates need time to move at all
     max_updates: int  # the cap on a λ run's updates, settled or not
     overrides: list[str]  # --set values for every λ run (e.g. train.lr_factor)
+    grid: Path | None = None  # --grid: a head-count study whose points the report sets beside the gates
 
     @property
     def checkpoint(self) -> Path:
@@ -98,11 +110,18 @@ def l0_name(l0: float) -> str:
 
 
 def prune_plan(
-    source: Path, out: Path | None, l0: str, window: int, min_updates: int, max_updates: int, overrides: list[str]
+    source: Path,
+    out: Path | None,
+    l0: str,
+    window: int,
+    min_updates: int,
+    max_updates: int,
+    overrides: list[str],
+    grid: Path | None = None,
 ) -> PrunePlan:
     """`mhatrain prune`'s options → its plan: --l0's penalties parsed, --out by default RUN_DIR-prune."""
     out = out if out is not None else source.with_name(source.name + "-prune")
-    return PrunePlan(source, out, parse_l0s(l0), window, min_updates, max_updates, overrides)
+    return PrunePlan(source, out, parse_l0s(l0), window, min_updates, max_updates, overrides, grid)
 
 
 def parse_l0s(text: str) -> list[float]:
@@ -142,6 +161,8 @@ def check_plan(plan: PrunePlan) -> Config:
         raise MhatrainError(f"{plan.source} is not a run directory (no {CONFIG_FILE}): prune a trained run")
     if not plan.checkpoint.is_file():
         raise MhatrainError(f"{plan.source} has no {BEST} (its selected checkpoint) to fine-tune from")
+    if plan.grid is not None and not is_study(plan.grid):
+        raise MhatrainError(f"--grid {plan.grid}: not a head-count study directory (made by `mhatrain ablate`)")
     for item in plan.overrides:
         key = item.partition("=")[0].strip()
         if key in OWN_KEYS:
@@ -175,7 +196,7 @@ def open_prune_dir(plan: PrunePlan) -> list[float]:
         raise MhatrainError(f"{plan.out} is not empty and holds no prune study ({PRUNE_FILE}): choose another --out")
     record = _record(plan, recorded)
     if recorded is not None:
-        mine = {k: v for k, v in record.items() if k not in ("l0", "created")}
+        mine = {k: v for k, v in record.items() if k not in ("l0", "created", "grid")}
         differs = [k for k, v in mine.items() if recorded.get(k) != v]
         if differs:
             shown = "; ".join(f"{k}: {recorded.get(k)!r} there, {mine[k]!r} now" for k in differs)
@@ -196,6 +217,7 @@ def _record(plan: PrunePlan, recorded: dict | None) -> dict:
         "min_updates": plan.min_updates,
         "max_updates": plan.max_updates,
         "overrides": list(plan.overrides),
+        "grid": str(plan.grid.resolve()) if plan.grid is not None else (recorded or {}).get("grid"),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -238,11 +260,45 @@ def run_prune(plan: PrunePlan, console: Console) -> dict:
 
 
 def report(out: Path, l0s: list[float], console: Console) -> dict:
-    """The report of prune directory `out` over its λ runs `l0s` (finished ones; the rest named pending)."""
+    """The report of prune directory `out` over its λ runs `l0s` (finished ones; the rest named pending).
+    Once all are finished, importance pruning of the source is measured at their open-head counts (or read
+    from importance.json), and the recorded grid's points are read."""
+    record = read_plan(out)
     outcomes = [o for l0 in l0s if (o := read_outcome(out / l0_name(l0))) is not None]
     pending = [l0_name(l0) for l0 in l0s if read_outcome(out / l0_name(l0)) is None]
     histories = [gate_history(out / o["run"]) for o in outcomes]
-    return write_report(out, read_plan(out), outcomes, histories, pending, console)
+    for outcome in outcomes:
+        write_layout(out / outcome["run"], outcome)
+    importance = None
+    if outcomes and not pending:
+        decode = load_config(out / outcomes[0]["run"] / CONFIG_FILE, check_paths=False).decode
+        counts = [o["open_total"] for o in outcomes]
+        importance = importance_at_counts(
+            Path(record["source"]), counts, out / IMPORTANCE_FILE, decode.beam, decode.alpha, console, split=SPLIT
+        )
+    grid = grid_points(Path(record["grid"])) if record.get("grid") else None
+    return write_report(out, record, outcomes, histories, pending, console, importance, grid)
+
+
+def write_layout(run_dir: Path, outcome: dict) -> Path:
+    """layout.yaml of a finished λ run: its pruned model's heads per kind and layer, as the config key
+    model.heads_per_layer, with the `--set` that trains a model of that layout from scratch."""
+    layout = outcome["pruned"]["heads_per_layer"]
+    inline = ", ".join(f"{kind}: {counts}" for kind, counts in layout.items())
+    header = [
+        f"# The open heads of {outcome['run']}'s gates ({outcome['open_total']} of {outcome['heads_total']}) per kind",
+        "# and layer from the bottom, each head of the source's size. To train this layout from scratch:",
+        f"#   mhatrain train CONFIG --set 'model.heads_per_layer={{{inline}}}'",
+    ]
+    text = (
+        "\n".join(header)
+        + "\n"
+        + yaml.safe_dump({"model": {"heads_per_layer": layout}}, default_flow_style=None, sort_keys=False)
+    )
+    path = Path(run_dir) / LAYOUT_FILE
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+    return path
 
 
 def finish_l0(plan: PrunePlan, l0: float, console: Console) -> dict:
