@@ -112,6 +112,6 @@ def test_a_change_anywhere_in_the_package_marks_the_code_dirty(tmp_path):
         return json.loads(out.stdout)["dirty"]
 
     assert dirty() is False
-    with open(tmp_path / "mhatrain" / "study" / "curves.py", "a", encoding="utf-8") as f:
+    with open(tmp_path / "mhatrain" / "study" / "reports" / "curves.py", "a", encoding="utf-8") as f:
         f.write("# changed\n")
     assert dirty() is True

@@ -231,11 +231,19 @@ def _run_unfinished(study: Study, slots: list[Slot], cluster: JobOptions | None,
     if not todo:
         return
     if cluster is not None:
-        run_jobs(study, todo, slots[0], cluster, done_before, console)
+        _stop_on_failures(study, run_jobs(study, todo, slots[0], cluster, done_before, console), todo, "jobs", console)
     elif len(slots) == 1:
         _run_here(study, todo, slots[0], done_before, console)
     else:
         _run_subprocesses(study, todo, slots, done_before, console)
+
+
+def _stop_on_failures(study: Study, failed: dict[str, Path], todo: list[Point], what: str, console: Console) -> None:
+    """After failed points: report what finished, then one error line naming each failure and its log."""
+    if failed:
+        report_study(study.dir, console)
+        names = ", ".join(f"{name} (log: {log})" for name, log in failed.items())
+        raise MhatrainError(f"{len(failed)} of {len(todo)} {what} failed: {names}")
 
 
 def _past_durations(study: Study, todo: list[Point]) -> list[float]:
@@ -281,10 +289,7 @@ def _run_subprocesses(study: Study, todo: list[Point], slots: list[Slot], done_b
     grid = GridDisplay(console, done_before + len(todo), done_before, len(slots), _past_durations(study, todo))
     runner = Subprocesses(study, slots, grid, console)
     runner.run(todo)
-    if runner.failed:
-        report_study(study.dir, console)
-        names = ", ".join(f"{name} (log: {log})" for name, log in runner.failed.items())
-        raise MhatrainError(f"{len(runner.failed)} of {len(todo)} runs failed: {names}")
+    _stop_on_failures(study, runner.failed, todo, "runs", console)
 
 
 class Subprocesses:

@@ -29,7 +29,6 @@ from ...core.errors import MhatrainError
 from ...core.files import atomic_write_json, read_json
 from ..grid.directory import Study, needed_commands, point_outcome, point_seconds
 from ..grid.points import Point, Slot
-from ..reports.study_report import report_study
 from .grid_progress import GridDisplay
 
 EXECUTORS = ("slurm", "local")
@@ -139,8 +138,9 @@ def _in_flight(study: Study, options: JobOptions, recorded: dict) -> dict:
 
 def run_jobs(
     study: Study, todo: list[Point], slot: Slot, options: JobOptions, done_before: int, console: Console
-) -> None:
-    """Submit a job per unfinished point (unless its job is still in flight), wait for them all."""
+) -> dict[str, Path]:
+    """Submit a job per unfinished point (unless its job is still in flight), wait for them all; the
+    failed points' names and logs (ablate reports what finished, then stops)."""
     jobs_file = study.dir / JOBS_DIR / JOBS_FILE
     recorded = read_json(jobs_file) or {}
     waiting = _in_flight(study, options, {p.name: recorded[p.name] for p in todo if p.name in recorded})
@@ -161,11 +161,7 @@ def run_jobs(
                 f" as {options.executor} job {waiting[point.name].job_id}",
                 resumed=study.state(point) != "pending",
             )
-        failed = _wait(study, points, waiting, grid, options, console)
-    if failed:
-        report_study(study.dir, console)
-        names = ", ".join(f"{name} (log: {log})" for name, log in failed.items())
-        raise MhatrainError(f"{len(failed)} of {len(todo)} jobs failed: {names}")
+        return _wait(study, points, waiting, grid, options, console)
 
 
 def _wait(
