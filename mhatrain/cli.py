@@ -92,6 +92,7 @@ def evaluate(
     set_: opt.SetOption = None,
 ):
     """Translate a split (or a pair of files, or a sacreBLEU test set) with beam search; score with sacreBLEU and chrF."""
+    which = opt.choice(checkpoint, "--checkpoint", opt.CHECKPOINTS)  # before torch loads: errors answer at once
     from .inference.trained import evaluate_run
 
     evaluate_run(
@@ -99,7 +100,7 @@ def evaluate(
         split,
         beam=beam,
         alpha=alpha,
-        which=opt.choice(checkpoint, "--checkpoint", opt.CHECKPOINTS),
+        which=which,
         overrides=set_ or [],
         console=console,
         src=src,
