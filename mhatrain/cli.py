@@ -236,7 +236,7 @@ def prune(
     out: Path | None = typer.Option(None, "--out", help="Prune directory (default: RUN_DIR-prune)."),
     window: int = typer.Option(200, "--window", help="Settled: the open-head count holds for this many updates."),
     min_updates: int = typer.Option(
-        2000, "--min-updates", help="No λ run counts as settled before this update (its gates need time to move)."
+        600, "--min-updates", help="No λ run counts as settled before this update (its gates need time to move)."
     ),
     max_updates: int = typer.Option(
         20000, "--max-updates", help="Stop a λ run here even if its gates have not settled (a multiple of --window)."

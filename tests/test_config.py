@@ -106,9 +106,10 @@ def test_resolved_config_round_trips(tmp_path):
             {"model": {"head_gates": {"kinds": ["cross", "cross"]}}},
             "'model.head_gates.kinds' must name each gated kind once",
         ),
+        ({"model": {"head_gates": {"lr_scale": 0}}}, "'model.head_gates.lr_scale' must be a positive number, got 0.0"),
         (
             {"model": {"head_gates": "on"}},
-            "'model.head_gates' must be a mapping of l0, temperature, stretch, kinds, got str",
+            "'model.head_gates' must be a mapping of l0, temperature, stretch, kinds, lr_scale, got str",
         ),
         (
             {"model": {"heads_per_layer": {"cross": [8, 8]}}},

@@ -187,6 +187,46 @@ def test_the_training_step_adds_the_penalty_once_per_update():
     assert not torch.allclose(through_step, cross_entropy_only)
 
 
+@pytest.mark.parametrize("lr_scale", [30.0, 0.5])
+def test_log_alpha_learns_at_lr_scale_times_the_schedules_rate_and_the_weights_at_the_schedules(lr_scale):
+    """Adam's first step moves every parameter with a gradient by exactly its learning rate: log α by
+    model.head_gates.lr_scale × lr, each weight by lr, in the same update."""
+    config = load_config(TINY, ["model.head_gates.l0=0.1", f"model.head_gates.lr_scale={lr_scale}"], check_paths=False)
+    model = conftest.small_model(VOCAB, head_gates=config.model.head_gates).train()
+    lr, device = 1e-3, torch.device("cpu")
+    optimizer = update_step.make_optimizer(
+        update_step.parameter_groups(model, config.model.head_gates), config.train, lr
+    )
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    pairs = synthetic_pairs(4, VOCAB, seed=3)
+    torch.manual_seed(9)
+    update_step.optimizer_update(
+        model,
+        model,
+        optimizer,
+        loss_scaler(device, "fp32"),
+        [(collate(pairs, [0, 1, 2, 3]), 1)],
+        config.train,
+        lr,
+        Group(device),
+    )
+    moves = {name: (p.detach() - before[name]).abs() for name, p in model.named_parameters()}
+    gates = torch.cat([m for name, m in moves.items() if name.endswith("gate.log_alpha")])
+    weights = torch.cat([m.flatten() for name, m in moves.items() if not name.endswith("gate.log_alpha")])
+    assert gates.numel() == sum(m.gate.log_alpha.numel() for kind in KINDS for m in model.attention_modules(kind))
+    assert_close(gates, torch.full_like(gates, lr * lr_scale), rtol=1e-3, atol=0.0)
+    assert weights.max() <= lr * 1.001 and weights.max() >= lr * 0.999
+
+
+def test_an_ungated_model_keeps_one_parameter_group_and_the_same_optimiser_state():
+    """Without gates the optimiser is the paper's: one group, the checkpoint's optimiser state as before."""
+    config = load_config(TINY, [], check_paths=False)
+    model = ungated_model()
+    grouped = update_step.make_optimizer(update_step.parameter_groups(model, None), config.train, 1e-3)
+    plain = update_step.make_optimizer(model.parameters(), config.train, 1e-3)
+    assert grouped.state_dict() == plain.state_dict() and len(grouped.param_groups) == 1
+
+
 # ----------------------------------------------------------------------------- per-layer head counts
 
 

@@ -32,7 +32,13 @@ ATTENTION_KINDS = ("enc_self", "dec_self", "cross")  # encoder self-, decoder se
 @dataclass
 class HeadGatesConfig:
     """Learned head gates: a hard-concrete gate per head (Louizos et al. 2018) and an L0 penalty, with
-    which Voita et al. 2019 prune heads. Their recipe's temperature and stretch are the defaults."""
+    which Voita et al. 2019 prune heads. Their recipe's temperature and stretch are the defaults.
+
+    lr_scale: Adam moves a log α by about its learning rate per update, and a gate goes from open
+    (log α = 3) to closed (−2.4) only after a change of 5.4. At the weights' learning rate (the
+    Noam schedule, ~5e-4 after warmup on the Multi30k base config) that takes over 10,000 updates of
+    steady pressure; with log α's rate 30 times the schedule's, the gates decide in the first few
+    hundred updates of a fine-tune, while the weights keep theirs."""
 
     l0: float = 0.0  # λ: the loss adds λ · Σ P(gate ≠ 0) over the gated heads to the cross-entropy per target token
     temperature: float = 0.33  # β of the hard-concrete distribution: lower is closer to a 0/1 gate
@@ -42,6 +48,7 @@ class HeadGatesConfig:
     kinds: list[str] = field(
         default_factory=lambda: list(ATTENTION_KINDS), metadata=_choices(*ATTENTION_KINDS)
     )  # the kinds of attention whose heads get gates
+    lr_scale: float = 30.0  # log α's learning rate, as a multiple of the schedule's (1: the weights' own)
 
 
 @dataclass
@@ -423,6 +430,8 @@ def _check_head_gates(g: HeadGatesConfig, fail: _Fail) -> None:
         fail("model.head_gates.temperature", f"must be positive, got {g.temperature}")
     if len(g.stretch) != 2 or not (g.stretch[0] < 0 and g.stretch[1] > 1):
         fail("model.head_gates.stretch", f"must be [γ, ζ] with γ < 0 and ζ > 1 (e.g. [-0.1, 1.1]), got {g.stretch}")
+    if not (g.lr_scale > 0 and math.isfinite(g.lr_scale)):
+        fail("model.head_gates.lr_scale", f"must be a positive number, got {g.lr_scale}")
     if not g.kinds or len(set(g.kinds)) != len(g.kinds):
         fail("model.head_gates.kinds", f"must name each gated kind once, at least one of {', '.join(ATTENTION_KINDS)}")
 

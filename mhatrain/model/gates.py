@@ -26,6 +26,7 @@ import math
 import torch
 from torch import nn
 
+LOG_ALPHA = "gate.log_alpha"  # the name of a gate's parameter under its attention module (checkpoints, optimiser)
 INITIAL_LOG_ALPHA = 3.0  # every gate starts open at evaluation (gate = 1 for log α ≥ ~2.4 with the default stretch)
 
 

@@ -18,6 +18,7 @@ import torch
 
 from ..core.config import HeadsPerLayer
 from .attention import MultiHeadAttention
+from .gates import LOG_ALPHA
 from .transformer import KINDS, Transformer
 
 
@@ -53,7 +54,7 @@ def pruned_state(model: Transformer) -> dict[str, torch.Tensor]:
     for kind in KINDS:
         for module in model.attention_modules(kind):
             prefix = names[module] + "."
-            state.pop(prefix + "gate.log_alpha", None)
+            state.pop(prefix + LOG_ALPHA, None)
             state.update({prefix + k: v for k, v in _kept_heads(module).items()})
     return state
 

@@ -45,12 +45,13 @@ from ..core.rundir import BEST, CONFIG_FILE, LAST, LAST_PREV, SUMMARY_FILE, TOKE
 from ..core.runtime import check_gpu_bf16, loss_scaler, set_threads, slow_bf16_warning
 from ..data.batches import Batch, Prefetcher, batch_indices, batch_sizes, bucket_lengths, collate, pair_lengths
 from ..data.tokens import PAD, Encoded
+from ..model.gates import LOG_ALPHA
 from ..model.transformer import Transformer, build_model, count_parameters
 from .metrics import MetricsLog, truncate_metrics, validated_at
 from .prepare import Prepared, prepare_data
 from .progress import TrainDisplay
 from .state import TrainState, restore_rng, rng_state, set_rng_state, stop_reason, weights_state
-from .step import Update, compile_model, make_optimizer, noam_lr, optimizer_update, read_updates
+from .step import Update, compile_model, make_optimizer, noam_lr, optimizer_update, parameter_groups, read_updates
 from .tensorboard_log import check_available as check_tensorboard
 from .validation import best_line, validate_on_main
 
@@ -200,7 +201,11 @@ def _build_or_resume(
     state included); the metrics and snapshots past that checkpoint are dropped, to be redone."""
     t = config.train
     model = build_model(config.model, prepared.tokenizer.vocab_size, PAD).to(procs.device)
-    optimizer = make_optimizer(model.parameters(), t, noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor))
+    optimizer = make_optimizer(
+        parameter_groups(model, config.model.head_gates),
+        t,
+        noam_lr(1, config.model.d_model, t.warmup_steps, t.lr_factor),
+    )
     scaler = loss_scaler(procs.device, t.precision)
     state = TrainState()
     if last is not None:
@@ -232,7 +237,7 @@ def init_weights(model: Transformer, path: Path, vocab_fingerprint: str, log) ->
         missing, unexpected = model.load_state_dict(state["model"], strict=False)
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: its weights do not fit this model ({str(exc).splitlines()[0]})") from None
-    missing = [k for k in missing if not k.endswith(".gate.log_alpha")]
+    missing = [k for k in missing if not k.endswith("." + LOG_ALPHA)]
     if missing or unexpected:
         raise CheckpointError(f"{path}: its weights do not fit this model ({', '.join([*missing, *unexpected][:3])})")
     log(f"weights from {path} (update {state.get('progress', {}).get('step', 0)}); optimiser and schedule start afresh")

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.config import TrainConfig
+from ..core.config import HeadGatesConfig, TrainConfig
 from ..core.distributed import Group
 from ..core.errors import MhatrainError
 from ..core.faults import fault_point
 from ..core.runtime import autocast
 from ..data.batches import Batch
 from ..data.tokens import PAD
+from ..model.gates import LOG_ALPHA
 from ..model.transformer import Transformer
 from .loss import smoothed_cross_entropy
 
@@ -70,12 +71,26 @@ def fused_adam_supported(parameters, device: torch.device) -> bool:
     return torch.device(device).type in ("cpu", "cuda") and all(p.dtype.is_floating_point for p in parameters)
 
 
+def parameter_groups(model: Transformer, gates: HeadGatesConfig | None) -> list:
+    """What Adam updates: every parameter alike (one group, the paper's), except learned head gates'
+    log α, which get a group of their own whose learning rate is model.head_gates.lr_scale times the
+    schedule's (its `lr_scale` key; optimizer_update applies it)."""
+    if gates is None:
+        return list(model.parameters())
+    named = list(model.named_parameters())
+    weights = [p for name, p in named if not name.endswith("." + LOG_ALPHA)]
+    log_alphas = [p for name, p in named if name.endswith("." + LOG_ALPHA)]
+    return [{"params": weights}, {"params": log_alphas, "lr_scale": gates.lr_scale}]
+
+
 def make_optimizer(parameters, t: TrainConfig, lr: float) -> torch.optim.Adam:
     """The paper's Adam: the fused kernel where this torch has one for the device and dtypes, else the
     multi-tensor (foreach) one; never the loop of small operations per tensor. With the fused kernel a
-    skipped update is decided on the device (see optimizer_update)."""
+    skipped update is decided on the device (see optimizer_update). `parameters`: tensors, or Adam's
+    parameter groups (parameter_groups)."""
     parameters = list(parameters)
-    fused = fused_adam_supported(parameters, parameters[0].device)
+    tensors = [p for group in parameters for p in group["params"]] if isinstance(parameters[0], dict) else parameters
+    fused = fused_adam_supported(tensors, tensors[0].device)
     return torch.optim.Adam(
         parameters,
         lr=lr,
@@ -201,7 +216,7 @@ def optimizer_update(
         BAD_LOSS,
     )
     for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
+        param_group["lr"] = lr * param_group.get("lr_scale", 1.0)
     fault_point("update")
     _step_unless(optimizer, verdict != APPLIED)
     if scale is not None:

@@ -25,11 +25,11 @@ run stops if its gates have settled, else train.max_steps grows by a window, up 
 
 Settled at update b ≥ --min-updates: the number of open heads (evaluation gate > 0, the heads a pruned
 model keeps) is the same at every logged update of the last window [b − window, b], and no head's P(open)
-moved by SETTLE_TOLERANCE or more across it (a gate on its way moves: log α changes by about the
-learning rate per update). The floor is there
-because every gate starts open with room to spare (log α = 3, model/gates.py) and log α moves by about
-the learning rate per update: for hundreds of updates no count changes, though the gates have not
-settled but not yet moved. Whether a run settled, and where, is a function of its metrics records, so a
+moved by SETTLE_TOLERANCE or more across it (a gate on its way moves: log α changes by about its
+learning rate per update). The floor is there because every gate starts open with room to spare
+(log α = 3, model/gates.py) while the fresh schedule warms up: log α's learning rate
+(model.head_gates.lr_scale times the schedule's) adds up to the 5.4 that closes a gate only after
+about 400 updates of the base config, so before that no count changes though the gates have not settled. Whether a run settled, and where, is a function of its metrics records, so a
 resumed prune decides as an uninterrupted one did.
 
 The λ run is evaluated and pruned at its last checkpoint (the settled gates), not best.pt: best.pt is
