@@ -24,7 +24,8 @@ from .conftest import ROOT, TINY, assert_clean_error, run_cli, set_args
 from .test_crash import assert_identical, metric_records
 
 SETTINGS = ("--window", "40", "--min-updates", "120", "--max-updates", "200")
-SETS = ("train.lr_factor=3", "train.warmup_steps=20")
+# log α at the weights' rate: the tiny schedule (lr_factor 3, short warmup) already moves the gates within a window
+SETS = ("train.lr_factor=3", "train.warmup_steps=20", "model.head_gates.lr_scale=1")
 
 
 def prune_argv(source, out, l0="0,1", *more):
@@ -297,3 +298,39 @@ def test_a_window_at_a_time_trains_as_one_uninterrupted_run(tmp_path, pruned, ti
     a, b = load_checkpoint(whole / "last.pt"), load_checkpoint(out / "l0=1" / "last.pt")
     for key in ("model", "optimizer", "rng"):
         assert_identical(a[key], b[key], key)
+
+
+def test_the_report_orders_the_kinds_by_heads_kept_beside_voita(pruned):
+    out, _ = pruned
+    runs = report_runs(out)
+    (row,) = json.loads((out / "report.json").read_text())["kinds_kept"]  # λ = 0 has no order to give
+    assert row["l0"] == 1.0
+    for kind, kept in row["kept"].items():
+        assert kept == {"open": sum(runs[1.0]["open_heads"][kind]), "heads": 8}  # 2 layers × 4 heads
+    shares = [row["kept"][kind]["open"] for kind in row["order"]]
+    assert shares == sorted(shares, reverse=True) and sorted(row["order"]) == sorted(runs[1.0]["open_heads"])
+    report = (out / "report.md").read_text()
+    assert "- λ = 1: " + " > ".join(f"{k} {row['kept'][k]['open']}/8" for k in row["order"]) in report
+    assert "Voita et al. 2019" in report
+
+
+def test_the_cost_of_the_gate_study_sums_its_runs_training_and_sets_it_beside_the_grid(pruned, tiny_run):
+    from mhatrain.study.reports.gate_study_cost import gate_study_cost
+
+    out, _ = pruned
+    cost = json.loads((out / "report.json").read_text())["cost"]
+    summaries = [json.loads((d / "train_summary.json").read_text()) for d in (tiny_run, out / "l0=0", out / "l0=1")]
+    assert cost["gate_study"]["runs"] == 3 and cost["grid"] is None  # no --grid given
+    assert cost["gate_study"]["target_tokens"] == sum(s["target_tokens"] for s in summaries)
+    assert cost["gate_study"]["updates"] == sum(s["updates"] for s in summaries)
+    assert cost["gate_study"]["train_seconds"] == pytest.approx(sum(s["train_seconds"] for s in summaries))
+    assert "## What the gate study cost" in (out / "report.md").read_text()
+
+    grid_dir = ROOT / "results" / "ablate-multi30k"
+    with_grid = gate_study_cost(tiny_run, [out / "l0=0", out / "l0=1"], grid_dir)
+    points = [json.loads(p.read_text()) for p in grid_dir.glob("h*-seed*/train_summary.json")]
+    assert with_grid["grid"]["runs"] == len(points) == 21
+    assert with_grid["grid"]["target_tokens"] == sum(p["target_tokens"] for p in points)
+    assert with_grid["ratio"]["target_tokens"] == pytest.approx(
+        cost["gate_study"]["target_tokens"] / with_grid["grid"]["target_tokens"]
+    )

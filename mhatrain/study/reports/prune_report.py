@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ...analysis.figures import gate_maps, gate_trajectories
 from ...core.files import atomic_write_json, atomic_write_text
+from .gate_study_cost import cost_lines
 from .gates_vs_importance import FIGURE, comparison_lines, comparison_rows, draw_comparison
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
@@ -30,12 +31,14 @@ def write_report(
     console: Console,
     importance: dict | None = None,
     grid: dict | None = None,
+    cost: dict | None = None,
 ) -> dict:
     """Write report.json and report.md of prune directory `out` and draw its figures; print the table.
     record: its prune.yaml; outcomes: the finished λ runs' outcome.json, with their gate records
     (`histories`, training.metrics.gate_history); pending: the λ runs not finished yet; importance: the
     source's scores at the runs' open-head counts (analysis/importance_counts.py), None until measured;
-    grid: a head-count study's points (gates_vs_importance.grid_points) or None."""
+    grid: a head-count study's points (gates_vs_importance.grid_points) or None; cost: the training cost
+    of the source and the λ runs beside the grid's (gate_study_cost.py), None until all have trained."""
     out = Path(out)
     rows = comparison_rows(outcomes, importance) if importance and outcomes else None
     report = {
@@ -48,6 +51,8 @@ def write_report(
         "runs": outcomes,
         "pending": pending,
         "comparison": {"rows": rows, "importance": importance, "grid": grid} if rows else None,
+        "kinds_kept": kinds_kept(outcomes),
+        "cost": cost,
     }
     atomic_write_json(out / REPORT_JSON, report)
     lines = report_lines(report)
@@ -57,6 +62,8 @@ def write_report(
     if rows:
         draw_comparison(rows, importance, grid, out / FIGURE)
         lines += ["", *comparison_lines(rows, importance, grid), "", f"![gates against importance pruning]({FIGURE})"]
+    if cost:
+        lines += ["", *cost_lines(cost)]
     atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
     console.print("\n".join(table_lines(outcomes)), highlight=False)
     console.print(f"report: {out / REPORT_MD}  {out / REPORT_JSON}", highlight=False)
@@ -78,6 +85,8 @@ def report_lines(report: dict) -> list[str]:
         "",
         *table_lines(report["runs"]),
     ]
+    if report["kinds_kept"]:
+        lines += ["", *kind_order_lines(report["kinds_kept"])]
     if report["pending"]:
         lines += ["", f"Not finished yet: {', '.join(report['pending'])} (run the same `mhatrain prune` again)."]
     return lines
@@ -111,6 +120,36 @@ def table_lines(outcomes: list[dict]) -> list[str]:
         "|" + "|".join("---" for _ in header) + "|",
         *("| " + " | ".join(row) + " |" for row in rows),
     ]
+
+
+VOITA_ORDER = (
+    "Voita et al. 2019 (WMT EN-RU, 6+6 layers × 8 heads): cross-attention (decoder-encoder) heads are pruned last"
+)
+
+
+def kinds_kept(outcomes: list[dict]) -> list[dict]:
+    """Per λ > 0 run: each kind's open heads out of its heads, and the kinds ordered by the share kept
+    (most first; ties keep the model's order enc_self, dec_self, cross)."""
+    rows = []
+    for o in sorted(outcomes, key=lambda o: o["l0"]):
+        if o["l0"] == 0:
+            continue
+        kept = {
+            kind: {"open": sum(o["open_heads"][kind]), "heads": sum(len(layer) for layer in o["p_open"][kind])}
+            for kind in o["open_heads"]
+        }
+        order = sorted(kept, key=lambda kind: -kept[kind]["open"] / max(kept[kind]["heads"], 1))
+        rows.append({"l0": o["l0"], "kept": kept, "order": order})
+    return rows
+
+
+def kind_order_lines(rows: list[dict]) -> list[str]:
+    """report.md's lines on which kind of attention keeps the most heads, per λ, beside Voita et al.'s."""
+    lines = ["Kinds by share of heads kept (most first):", ""]
+    for row in rows:
+        shares = [f"{kind} {row['kept'][kind]['open']}/{row['kept'][kind]['heads']}" for kind in row["order"]]
+        lines.append(f"- λ = {row['l0']:g}: {' > '.join(shares)}")
+    return [*lines, f"- {VOITA_ORDER}."]
 
 
 def _draw(out: Path, outcomes: list[dict], histories: list[list[dict]]) -> None:

@@ -61,6 +61,7 @@ from ...model.transformer import count_parameters
 from ...training.loop import train
 from ...training.metrics import gate_history
 from ..grid.directory import is_study, read_yaml, study_lock
+from ..reports.gate_study_cost import gate_study_cost
 from ..reports.gates_vs_importance import grid_points
 from ..reports.prune_report import write_report
 
@@ -277,7 +278,11 @@ def report(out: Path, l0s: list[float], console: Console) -> dict:
             Path(record["source"]), counts, out / IMPORTANCE_FILE, decode.beam, decode.alpha, console, split=SPLIT
         )
     grid = grid_points(Path(record["grid"])) if record.get("grid") else None
-    return write_report(out, record, outcomes, histories, pending, console, importance, grid)
+    cost = None
+    if outcomes and not pending:
+        grid_dir = Path(record["grid"]) if record.get("grid") else None
+        cost = gate_study_cost(Path(record["source"]), [out / o["run"] for o in outcomes], grid_dir)
+    return write_report(out, record, outcomes, histories, pending, console, importance, grid, cost)
 
 
 def write_layout(run_dir: Path, outcome: dict) -> Path:
