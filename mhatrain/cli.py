@@ -384,12 +384,12 @@ def bench(
     max_sentences: bench_option.MaxSentences = 0,
     batches: bench_option.Batches = None,
     against: bench_option.Against = None,
+    versus: bench_option.Versus = None,
     json_path: bench_option.Json = None,
     markdown_path: bench_option.Markdown = None,
 ):
     """Time our attention, training step and decoding against named peers, in one process and run."""
-    chosen, options = bench_option.parse(ctx.params)  # the bench package declares and parses its options
-    report_benches(chosen, options, console, json_path, markdown_path)
+    report_benches(*bench_option.parse(ctx.params), console, json_path, markdown_path)  # bench parses its options
 
 
 def main() -> None:

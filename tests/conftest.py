@@ -115,6 +115,36 @@ def tiny_run(tmp_path_factory, spm_cache) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def gated_run(tmp_path_factory, spm_cache) -> Path:
+    """The tiny config trained a few updates with gates on every kind, then some gates closed in best.pt
+    (a few updates cannot close them): what a run whose gates have settled looks like (shared, read-only)."""
+    from mhatrain.core.checkpoint import load_checkpoint, save_checkpoint
+
+    run = tmp_path_factory.mktemp("gated") / "run"
+    sets = ("train.max_steps=6", "train.valid_bleu=false", "model.head_gates.l0=0.01")
+    trained = run_cli(*train_argv(run, *sets, spm_cache=spm_cache))
+    assert trained.returncode == 0, trained.stderr + trained.stdout
+    state = load_checkpoint(run / "best.pt")
+    weights = state["model"]
+    for key, closed in (("encoder.0", [1]), ("decoder.1", [0, 2]), ("decoder.0", [0, 1, 2, 3])):
+        name = f"{key}.{'cross_attn' if key == 'decoder.0' else 'self_attn'}.gate.log_alpha"
+        weights[name][closed] = -10.0
+    weights["decoder.1.cross_attn.gate.log_alpha"][1] = 0.2  # open, with a gate between 0 and 1
+    save_checkpoint(run / "best.pt", state)
+    return run
+
+
+@pytest.fixture(scope="session")
+def pruned_run(gated_run, tmp_path_factory) -> Path:
+    """gated_run with its closed heads cut out (mhatrain prune's run directory; shared, read-only)."""
+    from mhatrain.inference.pruned import write_pruned_run
+
+    out = tmp_path_factory.mktemp("pruned") / "run"
+    write_pruned_run(gated_run, out)
+    return out
+
+
 @pytest.fixture
 def toy_copy(tmp_path) -> Path:
     """A writable copy of the toy corpus."""

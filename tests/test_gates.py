@@ -290,43 +290,6 @@ def test_a_pruned_model_computes_what_the_gated_model_computes_in_evaluation():
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow."]
 
 
-@pytest.fixture(scope="module")
-def gated_run(tmp_path_factory, spm_cache):
-    """The tiny config trained a few updates with gates on every kind, then some gates closed in best.pt
-    (a few updates cannot close them): what a run whose gates have settled looks like."""
-    run = tmp_path_factory.mktemp("gated") / "run"
-    trained = run_cli(
-        "train",
-        str(TINY),
-        "--out",
-        str(run),
-        "--set",
-        f"data.cache_dir={spm_cache}",
-        "--set",
-        "train.max_steps=6",
-        "--set",
-        "train.valid_bleu=false",
-        "--set",
-        "model.head_gates.l0=0.01",
-    )
-    assert trained.returncode == 0, trained.stderr + trained.stdout
-    state = load_checkpoint(run / "best.pt")
-    weights = state["model"]
-    for key, closed in (("encoder.0", [1]), ("decoder.1", [0, 2]), ("decoder.0", [0, 1, 2, 3])):
-        name = f"{key}.{'cross_attn' if key == 'decoder.0' else 'self_attn'}.gate.log_alpha"
-        weights[name][closed] = -10.0
-    weights["decoder.1.cross_attn.gate.log_alpha"][1] = 0.2  # open, with a gate between 0 and 1
-    save_checkpoint(run / "best.pt", state)
-    return run
-
-
-@pytest.fixture(scope="module")
-def pruned_run(gated_run, tmp_path_factory):
-    out = tmp_path_factory.mktemp("pruned") / "run"
-    write_pruned_run(gated_run, out)
-    return out
-
-
 def test_a_pruned_run_round_trips_and_computes_what_the_gated_run_computes(gated_run, pruned_run):
     gated, pruned = load_run(gated_run), load_run(pruned_run)
     layout = pruned.config.model.heads_per_layer

@@ -1,6 +1,6 @@
 """How `mhatrain bench` declares its options, and how their values become the benches and BenchOptions.
 
-Twenty-one options: declared here as annotated types (typer reads the option from the annotation, the
+Twenty-two options: declared here as annotated types (typer reads the option from the annotation, the
 default from the parameter), so that the command's signature and body read at a glance in cli.py.
 """
 
@@ -97,6 +97,14 @@ Against = Annotated[
         help="train, decode: time another checkout's step or search (its root folder) against ours, instead of the usual peers.",
     ),
 ]
+Versus = Annotated[
+    Path | None,
+    typer.Option(
+        "--versus",
+        help="decode: another trained run (e.g. the unpruned one) timed against --checkpoint's, both with our "
+        "search and --checkpoint's decode settings; each row adds parameters, best.pt bytes and target tokens/s.",
+    ),
+]
 Json = Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON.")]
 Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the tables as Markdown.")]
 
@@ -125,6 +133,7 @@ def parse(params: dict) -> tuple[list[str], BenchOptions]:
         max_sentences=params["max_sentences"],
         batches=params["batches"],
         against=params["against"],
+        versus=params["versus"],
     )
     check_options(chosen, options, heads_given=heads is not None)
     return chosen, options

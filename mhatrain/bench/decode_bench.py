@@ -26,6 +26,11 @@ peers generate the same number of tokens per sentence.
 With `--against CHECKOUT` the peers are ours and that checkout's search with its own model code
 loaded with our weights (an A/B of two versions of this code, see bench/against.py), checked to
 give the same translations on every batch (fp32).
+
+With `--versus RUN_DIR` the peers are two trained runs, --checkpoint's (ours) and RUN_DIR's, both with
+our search and --checkpoint's decode settings, in the trained protocol's precisions (e.g. a pruned run
+against an unpruned one, see bench/versus.py): each row adds its target tokens/s, parameters and
+checkpoint bytes.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from ..inference.search import batch_source_tokens, beam_search
 from ..inference.trained import load_run
 from ..model.transformer import build_model
 from . import against as other
-from . import deployed
+from . import deployed, versus
 from .deployed import CT2
 from .inputs import bench_config, data_dir, load_tokenizer, pad_sources, test_sources
 from .measure import measure_peers
@@ -124,11 +129,12 @@ def decode_step(
     compile: bool = False,
     against: str | None = None,
     engine_dir: str | None = None,
+    versus: ModelSource | None = None,
 ) -> Step:
     """One sample: decode every batch; the step returns each batch's output (hyps or generate's ids).
 
     against: a checkout whose model code and search the peer that is not ours uses. engine_dir: our
-    weights converted for CTranslate2 (its peer)."""
+    weights converted for CTranslate2 (its peer). versus: the other trained run, decoded by our search."""
     device = torch.device(device)
     if peer == CT2:
         return deployed.engine_step(Path(engine_dir), batches, beam, decode_cfg, precision, device)
@@ -138,7 +144,8 @@ def decode_step(
     if against is not None and peer != OURS:
         model, search = their_search(source, device, seed, against, precision)
     else:
-        model, search = our_model(source, device, seed, precision), beam_search
+        chosen = versus if versus is not None and peer != OURS else source
+        model, search = our_model(chosen, device, seed, precision), beam_search
     if compile:
         model.encode = torch.compile(model.encode, dynamic=True)
         model.decode = torch.compile(model.decode, dynamic=True)
@@ -190,6 +197,8 @@ class Inputs:
     references: list[str] | None  # the test split's references (None: synthetic sources)
     tokenizer: object | None
     where: str  # where the sentences came from, for the report
+    versus: ModelSource | None = None  # --versus: the other trained run
+    sizes: dict[str, dict] = dataclasses.field(default_factory=dict)  # --versus: versus.sizes per peer
 
     @property
     def trained(self) -> bool:
@@ -202,6 +211,8 @@ def run(options: BenchOptions, log) -> BenchResult:
     against = str(options.against) if options.against is not None else None
     if against is not None:
         peers = (OURS, other.label(options.against))
+    elif inputs.versus is not None:
+        peers = (OURS, versus.label(options.versus))
     elif inputs.trained:
         require_ctranslate2("bench decode (its CTranslate2 peer)")
         peers = TRAINED_PEERS
@@ -220,6 +231,8 @@ def run(options: BenchOptions, log) -> BenchResult:
         decode_cfg = dataclasses.replace(inputs.config.decode, max_len_a=0.0, max_len_b=length)
     result = _new_result(options, inputs, precisions, length, against)
     result.notes += [left_out] if left_out else []
+    if inputs.versus is not None:
+        result.notes.append(versus.size_note(inputs.sizes, peers[1]))
     with tempfile.TemporaryDirectory(prefix="mhatrain-ct2-") as scratch:
         engine_dir = None
         if peers == TRAINED_PEERS:
@@ -251,6 +264,8 @@ def _run_beam(options, inputs: Inputs, result, peers, beam, decode_cfg, precisio
                     our_model(inputs.source, "cpu", options.seed), Path(engine_dir), batches[0], first
                 )
             )
+    elif inputs.versus is not None:
+        check, metrics = [], {}  # two models: different translations, nothing to check equal
     else:
         check, metrics = _check(inputs.source, batches[0], forced[0], **common)
     result.checks += check
@@ -260,11 +275,16 @@ def _run_beam(options, inputs: Inputs, result, peers, beam, decode_cfg, precisio
         if engine_dir is not None:
             case_checks, metrics = _check_trained(inputs, batches, order, precision, engine_dir, **common)
             result.checks += case_checks
-        measured = _measure_case(
-            options, inputs.source, batches, forced, beam, decode_cfg, precision, peers, against, engine_dir
-        )
+        elif inputs.versus is not None:
+            metrics = _translation_metrics(inputs, batches, order, peers, precision, versus=inputs.versus, **common)
+            metrics = {peer: {**metrics[peer], **inputs.sizes[peer]} for peer in peers}
+        given = dict(against=against, engine_dir=engine_dir, versus=inputs.versus)
+        peer_args = {key: value for key, value in given.items() if value is not None}
+        measured = _measure_case(options, inputs.source, batches, forced, beam, decode_cfg, precision, peers, peer_args)
         result.notes += [f"{case} {problem}" for problem in measured.problems]
         result.add_case(case, measured.samples, len(sources), "sentences/s", measured.memory, measured.notes, metrics)
+        if inputs.versus is not None:
+            versus.add_token_rates(result, case)
         result.targets += _targets(case, beam, precision, peers)
 
 
@@ -284,7 +304,6 @@ def _targets(case: str, beam: int, precision: str, peers) -> list[Target]:
 
 def _new_result(options: BenchOptions, inputs: Inputs, precisions, length, against) -> BenchResult:
     """The bench's result with its settings: the model, its weights, the sentences, how it was measured."""
-    m = inputs.config.model
     if not inputs.trained:
         generated = f"{length} + EOS per sentence"
     else:
@@ -293,8 +312,7 @@ def _new_result(options: BenchOptions, inputs: Inputs, precisions, length, again
     result = BenchResult(
         "decode",
         {
-            "model": f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
-            f"{m.norm}-norm, vocab {inputs.source.vocab_size}",
+            "model": _describe(inputs.source),
             "weights": f"trained: {inputs.source.run_dir}" if inputs.trained else "random (lengths forced)",
             "sentences": f"{len(inputs.sentences)} from {inputs.where}",
             "beams": list(options.beams),
@@ -305,20 +323,35 @@ def _new_result(options: BenchOptions, inputs: Inputs, precisions, length, again
             "compile": options.compile,
             "device": str(options.device),
         },
-        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"), ("bleu", "BLEU", ".2f")),
+        extra_columns=(("tokens_per_sentence", "tokens/sent.", ".1f"), ("bleu", "BLEU", ".2f"))
+        + (versus.COLUMNS if inputs.versus is not None else ()),
     )
     if inputs.trained:
         d = inputs.config.decode
         result.settings["decode"] = f"alpha {d.alpha}, max_len_a {d.max_len_a}, max_len_b {d.max_len_b}"
     else:
         result.notes.append(UNIFORM_NOTE)
+    if inputs.versus is not None:
+        result.settings["versus"] = f"trained: {inputs.versus.run_dir}, {_describe(inputs.versus)}"
+        result.settings["decode"] += " (--checkpoint's, for both runs)"
     if against is not None:
         result.settings["against"] = against
     return result
 
 
-def _measure_case(options, source, batches, forced, beam: int, decode_cfg, precision: str, peers, against, engine_dir):
-    """Every peer's search of all batches, timed alternately; peak memory on the batch with the most cells."""
+def _describe(source: ModelSource) -> str:
+    """A model's shape for the report's settings; a pruned model's heads layer by layer."""
+    m = source.model_cfg
+    heads = f"{m.n_heads} heads"
+    if m.heads_per_layer is not None:
+        layout = m.heads_per_layer
+        heads = f"heads per layer enc_self {layout.enc_self}, dec_self {layout.dec_self}, cross {layout.cross}"
+    return f"{m.n_encoder_layers}+{m.n_decoder_layers} layers, d_model {m.d_model}, {heads}, {m.norm}-norm, vocab {source.vocab_size}"
+
+
+def _measure_case(options, source, batches, forced, beam: int, decode_cfg, precision: str, peers, peer_args: dict):
+    """Every peer's search of all batches, timed alternately; peak memory on the batch with the most cells.
+    peer_args: decode_step's arguments for the peer that is not ours (against, engine_dir, versus)."""
     common = dict(
         source=source,
         beam=beam,
@@ -326,11 +359,8 @@ def _measure_case(options, source, batches, forced, beam: int, decode_cfg, preci
         precision=precision,
         device=str(options.device),
         seed=options.seed,
+        **peer_args,
     )
-    if against is not None:
-        common["against"] = against
-    if engine_dir is not None:
-        common["engine_dir"] = engine_dir
     workloads = {
         peer: Workload(
             __name__,
@@ -360,7 +390,17 @@ def _inputs(options: BenchOptions, log) -> Inputs:
         config = run.config
         source = ModelSource(config.model, run.tokenizer.vocab_size, str(checkpoint), overrides)
         sources, where, references = test_sources(options, config, run.tokenizer, n, log)
-        return Inputs(config, source, sources, references, run.tokenizer, where)
+        inputs = Inputs(config, source, sources, references, run.tokenizer, where)
+        if options.versus is not None:
+            other, other_overrides = versus.load_other(options.versus, run, overrides)
+            inputs.versus = ModelSource(
+                other.config.model, other.tokenizer.vocab_size, str(options.versus), other_overrides
+            )
+            inputs.sizes = {
+                OURS: versus.sizes(checkpoint, run),
+                versus.label(options.versus): versus.sizes(options.versus, other),
+            }
+        return inputs
     config = bench_config(options)
     directory = data_dir(options, config)
     tokenizer = load_tokenizer(config, directory, log) if directory is not None else None
@@ -369,16 +409,11 @@ def _inputs(options: BenchOptions, log) -> Inputs:
     return Inputs(config, ModelSource(config.model, vocab), sources, None, None, where)
 
 
-def _check_trained(
-    inputs: Inputs, batches, order, precision: str, engine_dir: str, **common
-) -> tuple[list[Check], dict]:
-    """Both peers translate every batch once in `precision`: tokens per sentence and BLEU of each; in
-    fp32, CTranslate2 generates about as many tokens per sentence as ours (comparable work)."""
+def _translation_metrics(inputs: Inputs, batches, order, peers, precision: str, **step_kwargs) -> dict[str, dict]:
+    """Each peer translates every batch once in `precision`: its tokens per sentence and BLEU."""
     metrics = {}
-    for peer in TRAINED_PEERS:
-        outputs = decode_step(
-            peer, inputs.source, batches, [0] * len(batches), precision=precision, engine_dir=engine_dir, **common
-        )()
+    for peer in peers:
+        outputs = decode_step(peer, inputs.source, batches, [0] * len(batches), precision=precision, **step_kwargs)()
         hyps: list[list[int]] = [[] for _ in inputs.sentences]
         for indices, batch_hyps in zip(order, outputs):
             for i, hyp in zip(indices, batch_hyps):
@@ -386,6 +421,15 @@ def _check_trained(
         tokens = sum(len(h) + 1 for h in hyps) / len(hyps)
         bleu = bleu_score(inputs.tokenizer.decode(hyps), inputs.references)[0] if inputs.references else None
         metrics[peer] = {"tokens_per_sentence": tokens, "bleu": bleu}
+    return metrics
+
+
+def _check_trained(
+    inputs: Inputs, batches, order, precision: str, engine_dir: str, **common
+) -> tuple[list[Check], dict]:
+    """Both peers' tokens per sentence and BLEU (_translation_metrics); in fp32, CTranslate2 generates
+    about as many tokens per sentence as ours (comparable work)."""
+    metrics = _translation_metrics(inputs, batches, order, TRAINED_PEERS, precision, engine_dir=engine_dir, **common)
     if precision != "fp32":
         return [], metrics
     ours, theirs = metrics[OURS]["tokens_per_sentence"], metrics[CT2]["tokens_per_sentence"]

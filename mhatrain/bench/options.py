@@ -51,6 +51,7 @@ class BenchOptions:
     max_sentences: int = 0  # decode: 0 = the whole test set
     batches: int | None = None  # train: batches per timed sample
     against: Path | None = None  # train, decode: another checkout whose step or search is the only peer (an A/B)
+    versus: Path | None = None  # decode: another trained run, timed against --checkpoint's with our search
     seed: int = 1
 
     def __post_init__(self):
@@ -130,18 +131,21 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
             raise MhatrainError(
                 "--checkpoint and --random-weights exclude each other: a trained model, or random weights"
             )
-        if options.checkpoint is not None and not is_run_dir(Path(options.checkpoint)):
-            raise MhatrainError(f"--checkpoint {options.checkpoint}: not a run directory (no config.yaml)")
+        if options.checkpoint is not None:
+            _require_run_dir("--checkpoint", options.checkpoint)
     if "int8" in (options.precisions or ()) and names != ["decode"]:
         raise MhatrainError("--precision int8 applies to `mhatrain bench decode` only")
     if options.against is not None:
         if names not in (["train"], ["decode"]):
             raise MhatrainError("--against applies to one bench, `mhatrain bench train` or `mhatrain bench decode`")
         check_checkout(options.against)
+    if options.versus is not None:
+        _check_versus(names, options)
     config = options.load_config()
     if "attention" in names:
         check_heads(options.heads, QUICK_D_MODEL if options.quick else config.model.d_model)
-    if "decode" in names and options.against is None and options.decode_checkpoint() is not None:
+    ct2_peer = options.against is None and options.versus is None
+    if "decode" in names and ct2_peer and options.decode_checkpoint() is not None:
         from ..inference.deployment import require_ctranslate2  # imports torch: only once the options are known good
 
         require_ctranslate2("bench decode (its CTranslate2 peer; --random-weights needs no engine)")
@@ -153,3 +157,22 @@ def check_options(names: list[str], options: BenchOptions, heads_given: bool) ->
         from .peers import require_transformers  # imports torch: only once the options are known good
 
         require_transformers(f"bench {' and '.join(needs_transformers)}")
+
+
+def _require_run_dir(option: str, path: Path) -> None:
+    if not is_run_dir(Path(path)):
+        raise MhatrainError(f"{option} {path}: not a run directory (no config.yaml)")
+
+
+def _check_versus(names: list[str], options: BenchOptions) -> None:
+    """--versus times two trained runs with our search: not with another checkout's search or random weights."""
+    if "decode" not in names:
+        raise MhatrainError("--versus applies to `mhatrain bench decode` only")
+    clash = "--against" if options.against is not None else "--random-weights" if options.random_weights else None
+    if clash is not None:
+        raise MhatrainError(
+            f"--versus and {clash} exclude each other: --versus times two trained runs, both with our search"
+        )
+    _require_run_dir("--versus", options.versus)
+    if options.decode_checkpoint() is None:  # --quick without --checkpoint
+        raise MhatrainError("--versus times two trained runs: give the other one with --checkpoint RUN_DIR")

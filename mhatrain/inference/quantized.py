@@ -30,7 +30,13 @@ STACKED = ("w_q", "w_k", "w_v")  # a self-attention's projections, read as weigh
 def quantized_model(model: Transformer) -> Transformer:
     """An int8 copy of `model` for decoding on the CPU (the model itself is unchanged)."""
     kept = _stacked_linears(model)
-    names = {name for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in kept}
+    # a pruned model's attention module of no heads has empty projections: nothing to quantize, and
+    # per-channel quantization of zero channels fails
+    names = {
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and name not in kept and m.weight.numel() > 0
+    }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per_channel).*")
         spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
