@@ -5,7 +5,7 @@
 # files copied here. Every step resumes: rerun the script after an interruption (runs/ keeps the state).
 # PRECISION: fp32 where bf16 is emulated (grep -o 'avx512_bf16\|amx' /proc/cpuinfo prints nothing), else bf16.
 # Usage: bash results/prune-multi30k/scripts/run.sh   (from anywhere; about 1.5 h of training and 5 fine-tunes
-# of 600 updates each, about 20 minutes apiece, on a 2-core CPU).
+# of 600 updates each, about 20 minutes apiece on a quiet 2-core CPU).
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT" || exit 1
@@ -20,7 +20,7 @@ OUT=results/prune-multi30k
 # Every λ fine-tunes exactly 600 updates (--min-updates = --max-updates), so λ = 0 is the unpruned baseline
 # trained as long as the others; each run reports whether its gates had settled there. The λs run in the
 # order given: the range first, so that an interrupted session already spans it.
-"$PY" -m mhatrain prune "$RUN" --l0 0,0.03,0.3,0.01,0.1 --min-updates 600 --max-updates 600 --out "$PRUNE" \
+"$PY" -m mhatrain prune "$RUN" --l0 0,0.03,0.3,0.1 --min-updates 600 --max-updates 600 --out "$PRUNE" \
   --grid results/ablate-multi30k || exit 1
 mkdir -p "$OUT" || exit 1
 cp "$PRUNE"/prune.yaml "$PRUNE"/report.md "$PRUNE"/report.json "$PRUNE"/importance.json "$PRUNE"/*.png "$OUT"/ || exit 1
