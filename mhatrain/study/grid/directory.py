@@ -2,17 +2,18 @@
 
 The one module that names a study directory's files; `ablate` runs points, `report`, `curves`,
 `export` and `cluster` read studies, all through it. A study directory:
-    study.yaml            the grid (heads, seeds), the source config and its --set overrides
+    study.yaml            the grid (heads, seeds, each --layout's heads per layer and the model.n_heads
+                          that sets their size), the source config and its --set overrides
     base-config.yaml      the resolved config every grid point starts from
     provenance.json       one session per `mhatrain ablate`: command, code, software, machine (core/provenance.py)
-    h08-seed1/ ...        one run directory per grid point (layout-NAME-seed1/ for a layout point) (core/rundir.py names its files), laid out with
+    h08-seed1/ ...        one run directory per grid point (core/rundir.py names its files), laid out with
                           its config.yaml when the study is recorded; `mhatrain train` fills it, then
                           `mhatrain eval` adds eval/valid.beamK.json and eval/test.beamK.json
+    layout-NAME-seed1/    the same for a layout point of `ablate --layout NAME=FILE`
     model.norm=pre/h08-seed1/ ...
                           with `ablate --vary KEY=V1,V2`: one folder per cell (a combination of the varied
                           settings, named KEY=V[,KEY=V...]) holding that cell's grid points, laid out as a
                           study of its own (its report files go there too); study.yaml lists the factors
-    study.yaml also records each --layout: its heads per layer and the model.n_heads that sets its head size
     logs/h08-seed1.log    output of a point run in a subprocess (--jobs N); logs/CELL/h08-seed1.log in a cell
     jobs/                 with --executor slurm|local: submitit's files per job, jobs.json (cluster.py)
     report.md .csv .json .png, report-runs.csv   written by `mhatrain report` (and at the end of `ablate`)
@@ -163,7 +164,6 @@ class Study:
     seeds: list[int]
     beam: int  # decode.beam: names the eval files
     factors: dict[str, list[str]] = field(default_factory=dict)  # --vary: key → values (none: one cell)
-    layouts: list[Layout] = field(default_factory=list)  # --layout: the whole recorded set
 
     @property
     def base_config(self) -> Path:
@@ -194,7 +194,7 @@ def plan_study(
 ) -> tuple[list[int], list[int], list[Point]]:
     """Check the grid and every point's config (on each slot) before anything is written.
     factors: --vary's key → values (check_factors); every combination is a cell with the whole grid.
-    layouts: --layout's layouts (layouts.read_layouts); each adds a point per seed."""
+    layouts: --layout's layouts (fixed_layouts.read_layouts); each adds a point per seed."""
     for cell in grid_cells(factors or {}):
         cell_config = copy.deepcopy(config)
         for key, value in cell:
@@ -258,7 +258,7 @@ def open_study(
     )
     _write_if_changed(study_dir / STUDY_FILE, yaml.safe_dump(record, sort_keys=False))
     _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
-    study = Study(study_dir, points, heads, seeds, config.decode.beam, factors, [layout for layout, _ in layouts])
+    study = Study(study_dir, points, heads, seeds, config.decode.beam, factors)
     _lay_out_points(study, config)
     return study
 

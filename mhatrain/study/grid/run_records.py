@@ -15,7 +15,7 @@ directories that a cluster filled by running the commands of `mhatrain ablate --
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...core import provenance
@@ -133,6 +133,15 @@ def _read_layout(record: RunRecord, config: dict) -> None:
         record.notes.append(f"{CONFIG_FILE} does not load: {exc}")
         return
     record.heads, record.layout_heads = model.n_heads, total_heads(model)
+
+
+def run_entry(run: RunRecord) -> dict:
+    """A run as report.json lists it: an h point's without the layout fields, which it has no use for (a
+    study without layouts reports exactly as before layout points existed)."""
+    entry = asdict(run)
+    if run.layout is None:
+        del entry["layout"], entry["layout_heads"]
+    return entry
 
 
 def h_runs(runs: list[RunRecord]) -> list[RunRecord]:

@@ -16,13 +16,12 @@ A study varied over other settings has one such grid per cell (regimes.py).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 from ...core import provenance
 from ...core.files import atomic_write_json, atomic_write_text
 from ..grid.directory import code_name, differing_settings
-from ..grid.run_records import MEASURE, RunRecord, gather, h_runs, point_sessions
+from ..grid.run_records import MEASURE, RunRecord, gather, h_runs, point_sessions, run_entry
 from ..stats.comparison import BASELINE_HEADS, compare_heads
 from ..stats.layouts import compare_layouts
 from ..stats.significance import BOOTSTRAP_SAMPLES
@@ -56,7 +55,7 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         "baseline_heads": BASELINE_HEADS,
         "runs_done": sum(r.status == "done" for r in runs),
         "runs_total": len(runs),
-        "runs": [asdict(r) for r in runs],
+        "runs": [run_entry(r) for r in runs],
         "by_heads": by_heads,
         "significance": tests,
         "measure": MEASURE,

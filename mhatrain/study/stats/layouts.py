@@ -22,7 +22,7 @@ import numpy as np
 from ...core.config import ModelConfig
 from ..grid.directory import read_base_config, read_record
 from ..grid.fixed_layouts import total_heads
-from ..grid.run_records import RunRecord
+from ..grid.run_records import RunRecord, run_entry
 from . import significance as S
 from .comparison import BASELINE_HEADS, LEVEL, read_nll, same_tokenisation
 
@@ -72,6 +72,7 @@ def compare_layouts(study_dir: Path, runs: list[RunRecord]) -> dict | None:
             for arm in keys
         ],
         "comparisons": comparisons,
+        "runs": [run_entry(r) for arm in keys if keys[arm] < 0 for r in members[arm]],
     }
 
 
