@@ -184,13 +184,12 @@ def ablate(
         "Keys that change together are one factor: --vary K1,K2=A:B,C:D makes the cells "
         "(K1=A, K2=B) and (K1=C, K2=D), e.g. d_model with d_ff.",
     ),
+    layout: opt.LayoutOption = None,
     out: Path | None = typer.Option(None, "--out", help="Study directory (default: studies/<config name>)."),
     set_: opt.SetOption = None,
     jobs: int = typer.Option(1, "--jobs", help="Grid points run at once (as subprocesses when > 1)."),
     devices: str | None = typer.Option(None, "--devices", help="Devices shared out to the jobs: cuda:0,cuda:1."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Record the study, print each point's command, train nothing."
-    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Record the study, print each point's commands only."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the runs of a study with another config first."),
     allow_code_change: bool = typer.Option(
         False, "--allow-code-change", help="Continue a study whose runs another commit started (mixes code versions)."
@@ -226,6 +225,7 @@ def ablate(
         cluster=job_options(executor, partition, time_min, gpus, cpus),
         allow_code_change=allow_code_change,
         vary=vary or [],
+        layouts=layout or [],
     )
 
 

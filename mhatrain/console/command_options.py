@@ -23,6 +23,11 @@ GRID_HELP = (
     "A head-count study (`mhatrain ablate`) whose mean test scores per h the prune report sets beside the gates."
 )
 GridOption = Annotated[Path | None, typer.Option("--grid", metavar="STUDY_DIR", help=GRID_HELP)]
+LAYOUT_HELP = (
+    "A fixed-layout control, e.g. gates=PRUNE_DIR/l0=0.03/layout.yaml (repeatable): per seed, a model trained from "
+    "scratch with the file's model.heads_per_layer, point layout-NAME-seedS; the report tests it against h=8 and h=1."
+)
+LayoutOption = Annotated[list[str] | None, typer.Option("--layout", metavar="NAME=FILE", help=LAYOUT_HELP)]
 CHECKPOINTS = tuple(CHECKPOINT_FILES)  # best, last, averaged: what `eval` and `heads` --checkpoint may name
 
 

@@ -2,12 +2,14 @@
 
 The one module that names a study directory's files; `ablate` runs points, `report`, `curves`,
 `export` and `cluster` read studies, all through it. A study directory:
-    study.yaml            the grid (heads, seeds), the source config and its --set overrides
+    study.yaml            the grid (heads, seeds, each --layout's heads per layer and the model.n_heads
+                          that sets their size), the source config and its --set overrides
     base-config.yaml      the resolved config every grid point starts from
     provenance.json       one session per `mhatrain ablate`: command, code, software, machine (core/provenance.py)
     h08-seed1/ ...        one run directory per grid point (core/rundir.py names its files), laid out with
                           its config.yaml when the study is recorded; `mhatrain train` fills it, then
                           `mhatrain eval` adds eval/valid.beamK.json and eval/test.beamK.json
+    layout-NAME-seed1/    the same for a layout point of `ablate --layout NAME=FILE`
     model.norm=pre/h08-seed1/ ...
                           with `ablate --vary KEY=V1,V2`: one folder per cell (a combination of the varied
                           settings, named KEY=V[,KEY=V...]) holding that cell's grid points, laid out as a
@@ -20,7 +22,8 @@ A grid point is three steps on base-config.yaml with `--set model.n_heads=H --se
 its cell's `--set KEY=V`):
 `train --resume` (a run directory without a checkpoint starts from the beginning, an interrupted
 one continues, a finished one does nothing), `eval --split valid` and `eval --split test`
-(point_commands), on a Slot: the device and CPU threads it runs with. Its state, read from its run
+(point_commands), on a Slot: the device and CPU threads it runs with. A layout point (`ablate --layout`)
+sets `--set model.heads_per_layer=LAYOUT` instead of model.n_heads. Its state, read from its run
 directory, is one of STATES.
 """
 
@@ -45,10 +48,12 @@ from ...core.errors import MhatrainError
 from ...core.files import atomic_write_text, portable_text
 from ...core.provenance import PROVENANCE_FILE, code_version
 from ...core.rundir import CONFIG_FILE, eval_path, has_started, read_eval, read_summary
+from .fixed_layouts import layout_mapping, recorded_layout
 from .points import (
     EXECUTION_KEYS,
     GRID_KEYS,
     Cell,
+    Layout,
     Point,
     Slot,
     cell_name,
@@ -84,7 +89,7 @@ def point_dirs(study_dir: Path) -> list[tuple[Point, Path]]:
         elif (cell := parse_cell(d.name)) is not None:
             for sub in sorted(d.iterdir()):
                 if sub.is_dir() and (point := parse_point_name(sub.name)) is not None:
-                    found.append((Point(point.heads, point.seed, cell), sub))
+                    found.append((Point(point.heads, point.seed, cell, point.layout), sub))
     return found
 
 
@@ -185,9 +190,11 @@ def plan_study(
     seeds: list[int],
     slots: list[Slot],
     factors: dict[str, list[str]] | None = None,
+    layouts: list[Layout] = (),
 ) -> tuple[list[int], list[int], list[Point]]:
     """Check the grid and every point's config (on each slot) before anything is written.
-    factors: --vary's key → values (check_factors); every combination is a cell with the whole grid."""
+    factors: --vary's key → values (check_factors); every combination is a cell with the whole grid.
+    layouts: --layout's layouts (fixed_layouts.read_layouts); each adds a point per seed."""
     for cell in grid_cells(factors or {}):
         cell_config = copy.deepcopy(config)
         for key, value in cell:
@@ -196,7 +203,7 @@ def plan_study(
         check_heads(heads, m.d_model, m.d_head, f" in cell {cell_name(cell)}" if cell else "")
     heads = sorted(heads)
     seeds = check_seeds(seeds)
-    points = expand_grid(heads, seeds, factors)
+    points = expand_grid(heads, seeds, factors, layouts)
     for point in points:  # every point's config must load exactly as its command will load it
         for slot in slots:
             point_config(config, point, slot, source)
@@ -226,15 +233,18 @@ def open_study(
     console: Console,
     allow_code_change: bool = False,
     factors: dict[str, list[str]] | None = None,
+    layouts: list[Layout] = (),
 ) -> Study:
     """Create the study directory, or check that an existing one was made with the same config and the
-    same factor keys (--vary) and, once its points have started, by the same code (unless allow_code_change).
-    A study can grow: the head counts, seeds and factor levels of this command join the recorded grid."""
+    same factor keys (--vary), that each layout name still means the same layout and, once its points
+    have started, by the same code (unless allow_code_change). A study can grow: the head counts, seeds,
+    factor levels and layouts of this command join the recorded grid."""
     recorded = _recorded_study(study_dir, factors or {})
     factors = joined_factors(recorded.get("factors") or {} if recorded else {}, factors or {})
     if recorded is not None and _config_changed(study_dir, config, overwrite):
         _discard_study(study_dir, console)
         recorded = None
+    layouts = joined_layouts(study_dir, (recorded or {}).get("layouts") or {}, list(layouts), config.model.n_heads)
     ran: list = []  # the code versions that trained or evaluated points
     if recorded is not None:
         heads = sorted(set(recorded.get("heads", [])) | set(heads))
@@ -243,7 +253,9 @@ def open_study(
             ran = list(recorded.get("code") or [])
             _check_same_code(study_dir, ran, allow_code_change)
     code = _append_new(ran, code_version())
-    record = _study_record(recorded, config_path, overrides, heads=heads, seeds=seeds, factors=factors, code=code)
+    record = _study_record(
+        recorded, config_path, overrides, heads=heads, seeds=seeds, factors=factors, code=code, layouts=layouts
+    )
     _write_if_changed(study_dir / STUDY_FILE, yaml.safe_dump(record, sort_keys=False))
     _write_if_changed(study_dir / BASE_CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
     study = Study(study_dir, points, heads, seeds, config.decode.beam, factors)
@@ -275,6 +287,26 @@ def joined_factors(recorded: dict[str, list[str]], given: dict[str, list[str]]) 
     return {key: list(dict.fromkeys([*recorded.get(key, []), *levels])) for key, levels in given.items()}
 
 
+def joined_layouts(
+    study_dir: Path, recorded: dict[str, dict], given: list[Layout], n_heads: int
+) -> list[tuple[Layout, int]]:
+    """The layouts of a study (each with the model.n_heads that sets its head size): the recorded ones,
+    then the new ones given. A name recorded with another layout or head size is an error: its points
+    would mix two models under one name."""
+    joined = {
+        name: (recorded_layout(name, entry["heads_per_layer"]), entry["n_heads"]) for name, entry in recorded.items()
+    }
+    for layout in given:
+        before = joined.setdefault(layout.name, (layout, n_heads))
+        if (layout_mapping(before[0]), before[1]) != (layout_mapping(layout), n_heads):
+            raise MhatrainError(
+                f"{study_dir} holds layout {layout.name} as {before[0].setting} (n_heads={before[1]}), and this "
+                f"command gives it as {layout.setting} (n_heads={n_heads}): give the new layout another name, "
+                f"or use another --out"
+            )
+    return list(joined.values())
+
+
 def _config_changed(study_dir: Path, config: Config, overwrite: bool) -> bool:
     """Whether `config` computes something else than the study's base-config.yaml (grid and execution
     keys aside): an error, unless `overwrite` asks to start the study again."""
@@ -300,8 +332,12 @@ def _study_record(
     seeds: list[int],
     factors: dict[str, list[str]],
     code: list[dict],
+    layouts: list[tuple[Layout, int]],
 ) -> dict:
     """What study.yaml holds (`recorded`: its previous content, which keeps its creation time)."""
+    recorded_layouts = {
+        layout.name: {"heads_per_layer": layout_mapping(layout), "n_heads": n_heads} for layout, n_heads in layouts
+    }
     return {
         "heads": heads,
         "seeds": seeds,
@@ -309,9 +345,15 @@ def _study_record(
         "overrides": list(overrides),
         "created": recorded.get("created") if recorded else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **({"factors": factors} if factors else {}),
+        **({"layouts": recorded_layouts} if layouts else {}),
         "note": "each grid point is base-config.yaml with "
         + ("--set KEY=V for each factor of its cell, then " if factors else "")
-        + "--set model.n_heads=H --set train.seed=S",
+        + "--set model.n_heads=H --set train.seed=S"
+        + (
+            "; a layout point (layout-NAME-seed1), --set model.heads_per_layer=LAYOUT --set train.seed=S"
+            if layouts
+            else ""
+        ),
         # Every code version that has run this study: one entry if a single commit ran every point.
         "code": code,
     }

@@ -1,6 +1,7 @@
-"""A study's grid: its points (a head count and a seed, in a cell of varied settings), their names,
-the cells of `ablate --vary`, and the checks of `--heads`, `--seeds` and `--vary`. Nothing here reads
-or writes the disk: directory.py lays the grid out in a study directory.
+"""A study's grid: its points (a head count and a seed, in a cell of varied settings; or a fixed layout
+of heads per layer and a seed: a layout point), their names, the cells of `ablate --vary`, and the checks
+of `--heads`, `--seeds` and `--vary`. Nothing here reads or writes the disk: directory.py lays the grid out
+in a study directory, fixed_layouts.py reads `--layout` files.
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...core.config import Config, apply_override, heads_divide
 from ...core.errors import ConfigError, MhatrainError
 
 POINT_NAME = re.compile(r"^h(\d+)-seed(\d+)$")
+LAYOUT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # a --layout's NAME: it names folders (layout-NAME-seed1)
+LAYOUT_POINT_NAME = re.compile(r"^layout-([A-Za-z0-9_.-]+)-seed(\d+)$")
 
 
 CELL_PART = re.compile(r"^([a-z]+\.[a-z_0-9]+)=([^,/=\s]+)$")  # one varied setting of a cell's name
@@ -39,26 +42,52 @@ Cell = tuple[tuple[str, str], ...]  # the varied settings of a cell: (dotted key
 
 
 @dataclass(frozen=True)
-class Point:
-    """One grid point: a head count and a seed, in a cell of varied settings (none without --vary)."""
+class Layout:
+    """A fixed layout of heads (`ablate --layout NAME=FILE`): model.heads_per_layer as inline YAML, each
+    head of the base config's head size. Within a study a name means one layout (directory.py checks it on
+    a rerun), so layouts compare by name: a point read back from its folder name equals the planned one."""
 
-    heads: int
+    name: str
+    setting: str = field(default="", compare=False)  # {enc_self: [...], dec_self: [...], cross: [...]}
+
+    @property
+    def override(self) -> str:
+        if not self.setting:  # a point read back from its folder's name: it knows its layout's name only
+            raise ValueError(f"layout {self.name}: its heads per layer are in study.yaml, not in the point's name")
+        return f"model.heads_per_layer={self.setting}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: a head count and a seed, in a cell of varied settings (none without --vary); or a
+    layout point: a fixed layout's heads per layer and a seed, on the base config's model.n_heads (which
+    sets the head size). A layout point is its own arm, never one of the h it shares n_heads with."""
+
+    heads: int  # h; 0 for a layout point (its layout sets each layer's heads)
     seed: int
     cell: Cell = ()
+    layout: Layout | None = None
+
+    @classmethod
+    def of_layout(cls, layout: Layout, seed: int, cell: Cell = ()) -> Point:
+        return cls(0, seed, cell, layout)
 
     @property
     def name(self) -> str:
-        """h08-seed1, or CELL/h08-seed1 in a cell: the run directory's path in the study directory."""
-        own = f"h{self.heads:02d}-seed{self.seed}"
+        """h08-seed1 (layout-NAME-seed1), or CELL/h08-seed1 in a cell: the run directory's path in the study
+        directory."""
+        own = f"layout-{self.layout.name}-seed{self.seed}" if self.layout else f"h{self.heads:02d}-seed{self.seed}"
         return f"{cell_name(self.cell)}/{own}" if self.cell else own
 
     @property
+    def label(self) -> str:
+        """h=8, or layout gates: the arm the point belongs to, as progress lines and plans name it."""
+        return f"layout {self.layout.name}" if self.layout else f"h={self.heads}"
+
+    @property
     def overrides(self) -> list[str]:
-        return [
-            *(f"{key}={value}" for key, value in self.cell),
-            f"model.n_heads={self.heads}",
-            f"train.seed={self.seed}",
-        ]
+        own = [self.layout.override] if self.layout else [f"model.n_heads={self.heads}"]
+        return [*(f"{key}={value}" for key, value in self.cell), *own, f"train.seed={self.seed}"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +128,11 @@ def parse_point_name(name: str) -> Point | None:
         folder, name = name.rsplit("/", 1)
         if (cell := parse_cell(folder)) is None:
             return None
-    match = POINT_NAME.match(name)
-    return Point(int(match.group(1)), int(match.group(2)), cell) if match else None
+    if match := POINT_NAME.match(name):
+        return Point(int(match.group(1)), int(match.group(2)), cell)
+    if match := LAYOUT_POINT_NAME.match(name):
+        return Point.of_layout(Layout(match.group(1)), int(match.group(2)), cell)
+    return None
 
 
 def check_heads(heads: list[int], d_model: int, d_head: int | None = None, where: str = "") -> list[int]:
@@ -137,10 +169,30 @@ def _check_distinct(values: list[int], option: str) -> None:
             raise MhatrainError(f"{option}: {value} is given twice")
 
 
-def expand_grid(heads: list[int], seeds: list[int], factors: dict[str, list[str]] | None = None) -> list[Point]:
-    """Seed-major order: the whole head curve for the first seed comes first (in every cell), so a partial
-    study already shows it. factors: the --vary settings, key → values; their combinations are the cells."""
-    return [Point(h, seed, cell) for seed in seeds for cell in grid_cells(factors or {}) for h in sorted(heads)]
+def expand_grid(
+    heads: list[int], seeds: list[int], factors: dict[str, list[str]] | None = None, layouts: list[Layout] = ()
+) -> list[Point]:
+    """Seed-major order: the whole head curve for the first seed comes first (in every cell), then the
+    layouts of that seed, so a partial study already shows it. factors: the --vary settings, key → values;
+    their combinations are the cells."""
+    return [
+        point
+        for seed in seeds
+        for cell in grid_cells(factors or {})
+        for point in [
+            *(Point(h, seed, cell) for h in sorted(heads)),
+            *(Point.of_layout(layout, seed, cell) for layout in layouts),
+        ]
+    ]
+
+
+def check_layout_name(name: str, item: str) -> str:
+    """A --layout's NAME: letters, digits, '-', '_' and '.' (it names the layout's folders)."""
+    if not LAYOUT_NAME.match(name) or name in (".", ".."):
+        raise MhatrainError(
+            f"--layout {item}: {name!r} is not a layout name (letters, digits, '-', '_' and '.' only: it names folders)"
+        )
+    return name
 
 
 def grid_cells(factors: dict[str, list[str]]) -> list[Cell]:

@@ -3,7 +3,8 @@ and the study's measure (which checkpoint of a run the comparison counts).
 
 Every number is read from the run directories, so a report works on a partial study and on run
 directories that a cluster filled by running the commands of `mhatrain ablate --dry-run`:
-    config.yaml                     h (model.n_heads), d_model, decode.beam, train.precision
+    config.yaml                     h (model.n_heads), d_model, decode.beam, train.precision; a layout
+                                    point's model.heads_per_layer (its total heads)
     provenance.json                 the device that trained the run (GPU, or CPU model)
     train_summary.json              parameters, updates, training time, target tokens/s
     metrics.jsonl                   validation perplexity at the update of the best checkpoint, and the
@@ -14,11 +15,11 @@ directories that a cluster filled by running the commands of `mhatrain ablate --
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...core import provenance
-from ...core.config import load_config
+from ...core.config import config_from_dict, load_config
 from ...core.errors import MhatrainError
 from ...core.files import portable_text, read_jsonl
 from ...core.rundir import CONFIG_FILE, EVAL_DIR, METRICS_FILE, eval_path, read_eval, read_summary
@@ -33,7 +34,8 @@ from .directory import (
     read_yaml,
     run_state,
 )
-from .points import Point
+from .fixed_layouts import total_heads
+from .points import Layout, Point
 
 MEASURE = {
     "name": "loss-selected checkpoint",
@@ -53,6 +55,11 @@ class RunRecord:
     heads: int
     seed: int
     run_dir: str  # relative to the study directory
+    # A layout point (`ablate --layout NAME=FILE`): its NAME, and its heads summed over every attention module;
+    # `heads` is then its model.n_heads, which sets the head size only. None for an h point. A layout point is
+    # an arm of its own: every table, test and figure per h leaves it out (h_runs), stats/layouts.py tests it.
+    layout: str | None = None
+    layout_heads: int | None = None
     status: str = "pending"  # one of study.STATES: pending | training | evaluating | done
     d_head: int | None = None
     parameters: int | None = None
@@ -82,7 +89,7 @@ class RunRecord:
 
 def read_run(point: Point, run_dir: Path) -> RunRecord:
     """The record of one grid point: its config, then (once trained) its summary, then its evaluations."""
-    record = RunRecord(point.name, point.heads, point.seed, point.name)
+    record = RunRecord(point.name, point.heads, point.seed, point.name, point.layout and point.layout.name)
     config = read_yaml(run_dir / CONFIG_FILE)
     if config is None:
         record.status = run_state(run_dir, None)
@@ -106,14 +113,40 @@ def read_run(point: Point, run_dir: Path) -> RunRecord:
 def _read_config(record: RunRecord, config: dict, point: Point, run_dir: Path) -> None:
     """Head size, beam, precision and device from config.yaml and provenance.json; the run's state."""
     model, decode = config.get("model") or {}, config.get("decode") or {}
-    if model.get("n_heads") not in (None, point.heads):
+    if record.layout is not None:
+        _read_layout(record, config)
+    elif model.get("n_heads") not in (None, point.heads):
         record.notes.append(f"config.yaml has n_heads={model.get('n_heads')}, not {point.heads} as its name says")
-    if model.get("d_model"):
-        record.d_head = head_size(model["d_model"], point.heads, model.get("d_head"))
+    if model.get("d_model") and record.heads:
+        record.d_head = head_size(model["d_model"], record.heads, model.get("d_head"))
     record.beam = decode.get("beam")
     record.precision = (config.get("train") or {}).get("precision")
     record.device = _training_device(run_dir)
     record.status = run_state(run_dir, record.beam)
+
+
+def _read_layout(record: RunRecord, config: dict) -> None:
+    """A layout point's model.n_heads (its head size) and total heads, from its config.yaml."""
+    try:
+        model = config_from_dict(config, CONFIG_FILE, check_paths=False).model
+    except MhatrainError as exc:
+        record.notes.append(f"{CONFIG_FILE} does not load: {exc}")
+        return
+    record.heads, record.layout_heads = model.n_heads, total_heads(model)
+
+
+def run_entry(run: RunRecord) -> dict:
+    """A run as report.json lists it: an h point's without the layout fields, which it has no use for (a
+    study without layouts reports exactly as before layout points existed)."""
+    entry = asdict(run)
+    if run.layout is None:
+        del entry["layout"], entry["layout_heads"]
+    return entry
+
+
+def h_runs(runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs of the h points: what every table, test and figure per h counts (layout points aside)."""
+    return [run for run in runs if run.layout is None]
 
 
 def _read_summary(record: RunRecord, summary: dict, valid_records: list[dict]) -> None:
@@ -185,21 +218,29 @@ def test_split(study_dir: Path, run_dir: str):
 # ----------------------------------------------------------------------------- the whole study
 
 
-def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
-    """The study's grid (recorded, plus any run directories found) and a record for every point."""
+def gather(study_dir: Path, layouts: bool = False) -> tuple[dict, list[RunRecord]]:
+    """The study's grid (recorded, plus any run directories found) and a record for every h point; with
+    `layouts`, for every layout point too (after them). Without it, a caller that tabulates per h never
+    sees a layout point, whose model.n_heads is no h of the grid."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise MhatrainError(f"study directory not found: {study_dir}")
     recorded = read_record(study_dir)
     points = {Point(h, s) for h in recorded.get("heads", []) for s in recorded.get("seeds", [])}
+    points |= {
+        Point.of_layout(Layout(name), s) for name in recorded.get("layouts") or {} for s in recorded.get("seeds", [])
+    }
     points |= {point for point, _ in point_dirs(study_dir)}
+    points = {point for point in points if layouts or point.layout is None}
     if not points:
         raise MhatrainError(
             f"{study_dir} holds no study: no {STUDY_FILE} and no h<H>-seed<S> run directories "
             f"(make one with `mhatrain ablate CONFIG --out {study_dir}`)"
         )
     seeds_order = list(dict.fromkeys([*recorded.get("seeds", []), *sorted({p.seed for p in points})]))
-    ordered = sorted(points, key=lambda p: (p.heads, seeds_order.index(p.seed)))
+    ordered = sorted(
+        points, key=lambda p: (p.layout is not None, p.layout and p.layout.name, p.heads, seeds_order.index(p.seed))
+    )
     runs = [read_run(p, study_dir / p.name) for p in ordered]
     grid = _grid(study_dir, recorded, points, seeds_order)
     # study.yaml lists the code `ablate` ran; points trained or evaluated by other commands add theirs
@@ -212,7 +253,7 @@ def gather(study_dir: Path) -> tuple[dict, list[RunRecord]]:
     if grid["d_model"] is None:
         grid["d_model"] = next((r.d_head * r.heads for r in runs if r.d_head), None)
     for run in runs:
-        if run.d_head is None and grid["d_model"]:
+        if run.d_head is None and grid["d_model"] and run.heads:
             run.d_head = head_size(grid["d_model"], run.heads)
     return grid, runs
 
@@ -221,7 +262,7 @@ def _grid(study_dir: Path, recorded: dict, points: set[Point], seeds_order: list
     """The grid as study.yaml and base-config.yaml record it (d_model may still be unknown: gather)."""
     base = read_base_config(study_dir)
     return {
-        "heads": sorted({p.heads for p in points}),
+        "heads": sorted({p.heads for p in points if p.layout is None}),
         "seeds": seeds_order,
         "d_model": (base.get("model") or {}).get("d_model"),
         "d_head": (base.get("model") or {}).get("d_head"),  # set: a head size independent of h

@@ -86,8 +86,10 @@ def read_curve(run_dir: Path, name: str | None = None) -> Curve:
 
 
 def study_runs(study_dir: Path) -> list[Path]:
-    """The run directories of a study that have metrics, in (h, seed) order."""
-    runs = sorted((p.heads, p.seed, d) for p, d in point_dirs(study_dir) if (d / METRICS_FILE).is_file())
+    """The run directories of a study's h points that have metrics, in (h, seed) order (the curves are
+    means per h: a layout point is no h)."""
+    found = point_dirs(study_dir)
+    runs = sorted((p.heads, p.seed, d) for p, d in found if p.layout is None and (d / METRICS_FILE).is_file())
     return [d for _, _, d in runs]
 
 

@@ -6,6 +6,8 @@ next to the runs:
     report-runs.csv    one row per run (csv_tables.py)
     report.json        everything
     report.png         the measures against h, beside the paper's (head_count_figure.py)
+The layout points of `ablate --layout` are left out of everything per h: the report's "layouts" entry
+(stats/layouts.py, layouts_section.py) sets each layout against h=8 and h=1.
     report-lengths.csv test BLEU by source length (lengths.py)
     curves.png         learning curves, mean over seeds per h (curves.py)
 A study varied over other settings has one such grid per cell (regimes.py).
@@ -14,14 +16,14 @@ A study varied over other settings has one such grid per cell (regimes.py).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 from ...core import provenance
 from ...core.files import atomic_write_json, atomic_write_text
 from ..grid.directory import code_name, differing_settings
-from ..grid.run_records import MEASURE, RunRecord, gather, point_sessions
+from ..grid.run_records import MEASURE, RunRecord, gather, h_runs, point_sessions, run_entry
 from ..stats.comparison import BASELINE_HEADS, compare_heads
+from ..stats.layouts import compare_layouts
 from ..stats.significance import BOOTSTRAP_SAMPLES
 from .by_heads import rows_by_heads
 from .claims import PAPER_SOURCE, PAPER_TABLE_3A, claims
@@ -36,22 +38,24 @@ from .markdown import to_markdown
 def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
     """Everything the report says about the study in `study_dir` (finished or not): report.json."""
     study_dir = Path(study_dir)
-    grid, runs = gather(study_dir)
+    grid, every_run = gather(study_dir, layouts=True)
+    runs = h_runs(every_run)  # the layout points are an arm of their own: the layouts entry
     tests, notes = compare_heads(study_dir, runs, n_samples)
     by_heads = rows_by_heads(study_dir, grid, runs, tests)
     compared = provenance.compare(
-        {r.name: point_sessions(study_dir / r.run_dir, r.beam) for r in runs if r.status != "pending"}
+        {r.name: point_sessions(study_dir / r.run_dir, r.beam) for r in every_run if r.status != "pending"}
     )
     notes += _grid_notes(grid, runs)
     notes += provenance.difference_notes(compared)
     notes += _settings_notes(study_dir, runs)
+    layouts = compare_layouts(study_dir, every_run)
     return {
         "study_dir": study_dir.name,
         "grid": grid,
         "baseline_heads": BASELINE_HEADS,
         "runs_done": sum(r.status == "done" for r in runs),
         "runs_total": len(runs),
-        "runs": [asdict(r) for r in runs],
+        "runs": [run_entry(r) for r in runs],
         "by_heads": by_heads,
         "significance": tests,
         "measure": MEASURE,
@@ -61,6 +65,7 @@ def build_report(study_dir: Path, n_samples: int = BOOTSTRAP_SAMPLES) -> dict:
         "notes": notes,
         "provenance": compared,
         "lengths": length_analysis(study_dir, runs, BASELINE_HEADS),  # test BLEU by source length: lengths.py
+        **({"layouts": layouts} if layouts else {}),  # each --layout against h=8 and h=1: stats/layouts.py
     }
 
 

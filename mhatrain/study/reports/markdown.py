@@ -2,8 +2,8 @@
 to_markdown, which puts them together.
 
 Sections: the study (config, code, provenance), the conclusion, the table by h, each run, the tests
-against h=8, what the heads do, beside the paper and the article, BLEU by source length (lengths.py),
-notes.
+against h=8, what the heads do, beside the paper and the article, the fixed layouts of `ablate --layout`
+(layouts_section.py), BLEU by source length (lengths.py), notes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..grid.run_records import MEASURE
 from ..stats.comparison import BASELINE_HEADS, factor_text
 from .claims import PAPER_SOURCE
 from .heads_table import HEADERS, row_cells, status_line
+from .layouts_section import to_markdown as layouts_markdown
 from .lengths import to_markdown as lengths_markdown
 
 
@@ -30,6 +31,7 @@ def to_markdown(report: dict) -> str:
         _claims_section,
     ]
     out = [line for section in sections for line in section(report)]
+    out += layouts_markdown(report.get("layouts"))
     out += lengths_markdown(report.get("lengths"))
     if report["notes"]:
         out += ["## Notes", "", *[f"- {note}" for note in report["notes"]], ""]

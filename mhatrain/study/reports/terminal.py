@@ -14,6 +14,7 @@ from ...core.columns import asked_columns, unwrapped
 from ...core.formatting import signed
 from ..stats.comparison import BASELINE_HEADS
 from .heads_table import COMPACT_HEADERS, SHORT_HEADERS, compact_cells, row_cells, status_line
+from .layouts_section import terminal_lines
 
 COMPACT_LEGEND = (
     f"Δ: h minus h={BASELINE_HEADS} as the test estimates it, over the runs the tests use (runs: tested of "
@@ -55,6 +56,8 @@ def show(report: dict, console: Console) -> None:
     say(_claims_line(report["claims"]))
     say(report["claims"]["conclusion"])
     say(provenance.summary_line(report["provenance"]))
+    for line in terminal_lines(report.get("layouts")):
+        say(line)
     for note in report["notes"]:
         say(f"note: {note}")
 

@@ -3,7 +3,9 @@
 Because every head has d_model / h dimensions, W_Q, W_K, W_V and W_O stay d_model × d_model for any h:
 parameters and compute are the same at every grid point, only the way attention is split changes (unless
 model.d_head fixes the head size: then they grow with h). `--vary KEY=V1,V2` repeats the grid in every
-combination of other settings (a cell each; regimes.py maps where extra heads help).
+combination of other settings (a cell each; regimes.py maps where extra heads help). `--layout NAME=FILE`
+adds a fixed-layout control per seed: a model trained from scratch with the heads per layer that
+`mhatrain prune` kept (grid/fixed_layouts.py), which the report sets against h=8 and h=1 (stats/layouts.py).
 
 This module runs a study's grid points; grid/directory.py says what a study directory holds and what each point
 needs. `--dry-run` prints the commands of every point (directory.point_commands), `--jobs N` runs them as
@@ -53,6 +55,7 @@ from ..grid.directory import (
     shell_line,
     study_lock,
 )
+from ..grid.fixed_layouts import read_layouts
 from ..grid.points import Point, Slot, check_factors, point_overrides
 from ..reports.study_report import report_study
 from .cluster import JobOptions, check_options, job_slot, run_jobs
@@ -106,18 +109,25 @@ def run_study(
     cluster: JobOptions | None = None,
     allow_code_change: bool = False,
     vary: list[str] = (),
+    layouts: list[str] = (),
 ) -> dict | None:
     """`mhatrain ablate`: check, record, run every unfinished grid point, then report.
 
     heads, seeds: the grid (checked here: each h must divide model.d_model);
     cluster: to run each point as a submitit job (SLURM, or local subprocesses);
     allow_code_change: continue a study whose points another code version started (see open_study);
-    vary: `--vary KEY=V1,V2` options: every combination of their values is a cell with the whole grid."""
+    vary: `--vary KEY=V1,V2` options: every combination of their values is a cell with the whole grid;
+    layouts: `--layout NAME=FILE` options: each adds a layout point per seed (not with vary)."""
     devices = _check_where_to_run(jobs, devices_text, cluster)
     config = _study_config(config_path, overrides)
     slots = [job_slot(cluster)] if cluster is not None else plan_slots(jobs, devices, config.train.threads)
+    if vary and layouts:  # a layout's cells would need a control per cell: one design at a time
+        raise MhatrainError(
+            "--layout and --vary exclude each other: run the fixed-layout control as a study of its own"
+        )
     factors = check_factors(list(vary), config)
-    heads, seeds, points = plan_study(config, str(config_path), heads, seeds, slots, factors)
+    fixed = read_layouts(list(layouts), config)
+    heads, seeds, points = plan_study(config, str(config_path), heads, seeds, slots, factors, fixed)
     study_dir = Path(out) if out is not None else Path("studies") / Path(config_path).stem
     with study_lock(study_dir):
         study = open_study(
@@ -132,6 +142,7 @@ def run_study(
             console=console,
             allow_code_change=allow_code_change,
             factors=factors,
+            layouts=fixed,
         )
         record_session(study_dir, session(dry_run=dry_run))
         _warn_if_not_measured(config, Console(stderr=True, soft_wrap=True) if dry_run else console)
@@ -208,15 +219,19 @@ def _show_plan(study: Study, config: Config, console: Console) -> None:
     if study.factors:
         console.print("\n".join(plan_lines(study, config)), highlight=False)
         return
-    heads = ", ".join(map(str, sorted({p.heads for p in study.points})))
+    heads = ", ".join(map(str, sorted({p.heads for p in study.points if p.layout is None})))
     seeds = ", ".join(map(str, dict.fromkeys(p.seed for p in study.points)))
+    fixed = ", ".join(dict.fromkeys(p.layout.name for p in study.points if p.layout))
     lines = [
-        f"study {study.dir}: h ∈ {{{heads}}} × seeds {{{seeds}}} = {len(study.points)} runs; "
-        f"d_model={config.model.d_model}, so d_k = d_v = d_model / h keeps parameters and compute constant"
+        f"study {study.dir}: h ∈ {{{heads}}}{f' and layouts {{{fixed}}}' if fixed else ''} × seeds {{{seeds}}} = "
+        f"{len(study.points)} runs; d_model={config.model.d_model}, so d_k = d_v = d_model / h keeps parameters and "
+        "compute constant" + (f" (a layout's heads have n_heads={config.model.n_heads}'s d_k)" if fixed else "")
     ]
     for point in study.points:
+        h = point.heads or config.model.n_heads  # a layout point's heads have n_heads' size
+        arm = point.label if point.layout else f"h={point.heads:<3}"
         lines.append(
-            f"  {point.name}: h={point.heads:<3} d_k={head_size(config.model.d_model, point.heads, config.model.d_head):<4} "
+            f"  {point.name}: {arm} d_k={head_size(config.model.d_model, h, config.model.d_head):<4} "
             f"{study.state(point)}"
         )
     console.print("\n".join(lines), highlight=False)

@@ -68,7 +68,7 @@ class GridDisplay:
             if resumed:
                 self.resumed.add(point.name)
             self.console.print(
-                f"[bold]grid[/] {point.name} (h={point.heads}, seed {point.seed}) starting{where}: {self.summary()}",
+                f"[bold]grid[/] {point.name} ({point.label}, seed {point.seed}) starting{where}: {self.summary()}",
                 highlight=False,
             )
             if self.live and self.jobs > 1:
