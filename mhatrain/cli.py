@@ -286,7 +286,7 @@ def export(
         "--ctranslate2",
         metavar="DIR",
         help="Instead: write the run's best model as a CTranslate2 model directory DIR, with its SentencePiece "
-        "model beside it (needs pip install 'mhatrain[ctranslate2]').",
+        "model beside it (needs pip install 'mhatrain\\[ctranslate2]').",
     ),
     int8: bool = typer.Option(False, "--int8", help="With --ctranslate2: store the weights as int8."),
 ):

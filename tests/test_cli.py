@@ -140,7 +140,11 @@ def test_python_dash_m_and_help():
 
 @pytest.mark.parametrize(
     "command, text",
-    [("ablate", "Needs pip install 'mhatrain[slurm]'."), ("train", "needs pip install 'mhatrain[tensorboard]'")],
+    [
+        ("ablate", "Needs pip install 'mhatrain[slurm]'."),
+        ("train", "needs pip install 'mhatrain[tensorboard]'"),
+        ("export", "needs pip install 'mhatrain[ctranslate2]'"),
+    ],
 )
 def test_help_prints_square_brackets_as_written(command, text):
     """Rich markup took an extra such as `[slurm]` for a style and printed "pip install 'mhatrain'"."""
