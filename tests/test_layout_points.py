@@ -249,3 +249,12 @@ def test_an_arm_with_one_tested_seed_is_not_tested_and_says_why(study, tmp_path)
     for c in entry["comparisons"]:
         assert c["verdict"] == "not tested" and c["p_value"] is None
         assert "gates has 1 tested seed(s), 2 needed" in c["reason"]
+
+
+def test_a_six_layer_layout_is_one_unwrapped_setting():
+    """YAML wraps flow text at 80 columns: a Multi30k layout's `--set` must stay one line all the same."""
+    from mhatrain.study.grid.fixed_layouts import recorded_layout
+
+    layout = {"enc_self": [1, 1, 1, 0, 0, 0], "dec_self": [6, 4, 2, 1, 0, 0], "cross": [1, 0, 5, 5, 5, 3]}
+    override = recorded_layout("gates", layout).override
+    assert "\n" not in override and yaml.safe_load(override.split("=", 1)[1]) == layout

@@ -65,7 +65,8 @@ def layout_mapping(layout: Layout) -> dict[str, list[int]]:
 
 
 def _inline(mapping) -> str:
-    return yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False).strip()
+    """The layout as one line of flow YAML, never wrapped (a 6-layer layout is longer than YAML's 80 columns)."""
+    return yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False, width=float("inf")).strip()
 
 
 def total_heads(model: ModelConfig) -> int:

@@ -40,6 +40,8 @@ def write_report(
     grid: a head-count study's points (gates_vs_importance.grid_points) or None; cost: the training cost
     of the source and the λ runs beside the grid's (gate_study_cost.py), None until all have trained."""
     out = Path(out)
+    order = sorted(range(len(outcomes)), key=lambda i: outcomes[i]["l0"])  # rows by λ, whatever order they ran in
+    outcomes, histories = [outcomes[i] for i in order], [histories[i] for i in order]
     rows = comparison_rows(outcomes, importance) if importance and outcomes else None
     report = {
         "source": record.get("source"),
@@ -148,6 +150,8 @@ def kind_order_lines(rows: list[dict]) -> list[str]:
     lines = ["Kinds by share of heads kept (most first):", ""]
     for row in rows:
         shares = [f"{kind} {row['kept'][kind]['open']}/{row['kept'][kind]['heads']}" for kind in row["order"]]
+        if not any(row["kept"][kind]["open"] for kind in row["order"]):
+            shares = ["no head kept"]
         lines.append(f"- λ = {row['l0']:g}: {' > '.join(shares)}")
     return [*lines, f"- {VOITA_ORDER}."]
 

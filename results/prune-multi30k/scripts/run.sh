@@ -4,7 +4,7 @@
 # the gates settle, importance pruning at the same open-head counts and the grid beside them, then the light
 # files copied here. Every step resumes: rerun the script after an interruption (runs/ keeps the state).
 # PRECISION: fp32 where bf16 is emulated (grep -o 'avx512_bf16\|amx' /proc/cpuinfo prints nothing), else bf16.
-# Usage: bash results/prune-multi30k/scripts/run.sh   (from anywhere; about 1.5 h of training and 5 fine-tunes
+# Usage: bash results/prune-multi30k/scripts/run.sh   (from anywhere; about 1.5 h of training and 4 fine-tunes
 # of 600 updates each, about 20 minutes apiece on a quiet 2-core CPU).
 set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
