@@ -310,8 +310,31 @@ def test_the_report_orders_the_kinds_by_heads_kept_beside_voita(pruned):
     shares = [row["kept"][kind]["open"] for kind in row["order"]]
     assert shares == sorted(shares, reverse=True) and sorted(row["order"]) == sorted(runs[1.0]["open_heads"])
     report = (out / "report.md").read_text()
-    assert "- λ = 1: " + " > ".join(f"{k} {row['kept'][k]['open']}/8" for k in row["order"]) in report
-    assert "Voita et al. 2019" in report
+    shown = " > ".join(f"{k} {row['kept'][k]['open']}/8" for k in row["order"]) if any(shares) else "no head kept"
+    assert f"- λ = 1: {shown}" in report and "Voita et al. 2019" in report
+
+
+def test_the_kinds_are_listed_most_kept_first_and_a_run_that_closed_every_head_says_so():
+    from mhatrain.study.reports.prune_report import kind_order_lines, kinds_kept
+
+    def outcome(l0, enc, dec, cross):
+        open_heads = {"enc_self": enc, "dec_self": dec, "cross": cross}
+        return {
+            "l0": l0,
+            "open_heads": open_heads,
+            "p_open": {k: [[0.5] * 4 for _ in v] for k, v in open_heads.items()},
+        }
+
+    rows = kinds_kept(
+        [
+            outcome(0.3, [0, 0], [0, 0], [0, 0]),
+            outcome(0.0, [4, 4], [4, 4], [4, 4]),
+            outcome(0.1, [1, 0], [2, 2], [3, 4]),
+        ]
+    )
+    assert [row["l0"] for row in rows] == [0.1, 0.3]  # by λ, without λ = 0
+    lines = kind_order_lines(rows)
+    assert "- λ = 0.1: cross 7/8 > dec_self 4/8 > enc_self 1/8" in lines and "- λ = 0.3: no head kept" in lines
 
 
 def test_the_cost_of_the_gate_study_sums_its_runs_training_and_sets_it_beside_the_grid(pruned, tiny_run):
