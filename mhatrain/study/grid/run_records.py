@@ -195,13 +195,20 @@ def measured_as_chosen(run: RunRecord) -> bool:
 
 def _training_device(run_dir: Path) -> str | None:
     """The device of the run's training sessions: the GPU's name, or the CPU model ('+'-joined if they differ)."""
+    found = training_machines(run_dir)
+    return " + ".join(found) if found else None
+
+
+def training_machines(run_dir: Path) -> list[str]:
+    """The machines of a run's sessions (provenance.json), in order of first appearance: the GPU's name, or
+    the CPU model."""
     found = []
     for entry in provenance.read_sessions(run_dir):
         env = entry.get("environment") or {}
         name = env.get("device_name") if env.get("device") not in (None, "cpu") else env.get("cpu") or "cpu"
         if name and name not in found:
             found.append(name)
-    return " + ".join(found) if found else None
+    return found
 
 
 def factor_of(run: RunRecord) -> str:

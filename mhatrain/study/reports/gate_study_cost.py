@@ -17,7 +17,7 @@ from pathlib import Path
 from ...core import provenance
 from ...core.formatting import num
 from ...core.rundir import read_summary
-from ..grid.run_records import gather
+from ..grid.run_records import gather, training_machines
 
 
 def run_cost(run_dir: Path) -> dict | None:
@@ -34,12 +34,7 @@ def run_cost(run_dir: Path) -> dict | None:
         "train_seconds": seconds,
         "threads": threads,
         "core_seconds": seconds * threads,
-        "machines": sorted(
-            {
-                e.get("device_name") if e.get("device") not in (None, "cpu") else e.get("cpu") or "cpu"
-                for e in environments
-            }
-        ),
+        "machines": sorted(training_machines(run_dir)),
     }
 
 
