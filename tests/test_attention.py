@@ -304,9 +304,9 @@ def test_the_qkv_stack_is_kept_for_one_search_only():
     x = torch.randn(2, 5, 32)
     with torch.no_grad(), keeping_stacked_qkv(mha):
         first, _ = mha(x, x)
-        stack = mha._stacked_qkv()[0]
+        stack = mha.stacked_qkv()[0]
         mha(x, x)
-        assert mha._stacked_qkv()[0] is stack  # made once per search
+        assert mha.stacked_qkv()[0] is stack  # made once per search
     assert mha._qkv_kept is None
     assert_close(first, reference_mha(mha, x, x, None), **TOL)
     optimiser = torch.optim.Adam(mha.parameters(), lr=0.1, fused=True)

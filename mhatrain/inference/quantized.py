@@ -4,10 +4,11 @@ Weights are stored as int8 (one scale per output row) and each matmul quantizes 
 fly (fbgemm, AVX2 and up). Where a CPU has no native bf16, this is the fast low-precision mode; its
 cost in BLEU is measured by `mhatrain bench decode` (docs/performance.md).
 
-Left in fp32: the self-attention projections W_Q, W_K, W_V, which a search stacks into one matmul
-([W_Q; W_K; W_V], `attention.keeping_stacked_qkv`) from their fp32 weights. Everything else that
-multiplies by a weight matrix is quantized: W_O, cross-attention's W_Q, W_K, W_V, the feed-forward
-layers and the output projection.
+Every matmul by a weight matrix is quantized: W_O, cross-attention's W_Q, W_K, W_V, the feed-forward
+layers, the output projection, and self-attention's projections as the one stacked matmul that
+attention makes of them ([W_Q; W_K; W_V], `MultiHeadAttention.qkv`). One scale per output row makes
+the stack's int8 rows those of each of the three quantized alone, and its input is quantized once
+instead of three times. Self-attention's own w_q, w_k, w_v stay in fp32, unread.
 
 torch 2.13 marks `torch.ao.quantization` deprecated (to move to torchao) and warns on each use; the
 warnings are silenced here, and the mode goes when torch removes the API unless it is ported.
@@ -24,27 +25,43 @@ from torch import nn
 from ..model.attention import MultiHeadAttention
 from ..model.transformer import Transformer
 
-STACKED = ("w_q", "w_k", "w_v")  # a self-attention's projections, read as weights by the stacked matmul
+STACKED = ("w_q", "w_k", "w_v")  # a self-attention's projections, replaced by its stacked `qkv`
 
 
 def quantized_model(model: Transformer) -> Transformer:
     """An int8 copy of `model` for decoding on the CPU (the model itself is unchanged)."""
-    kept = _stacked_linears(model)
+    quantized = copy.deepcopy(model).float().eval()
+    unread = set()
+    for name, attention in _self_attention(quantized):
+        unread |= {f"{name}.{part}" for part in STACKED}
+        if attention.n_heads:
+            attention.qkv = _stacked(attention)
     # a pruned model's attention module of no heads has empty projections: nothing to quantize, and
     # per-channel quantization of zero channels fails
     names = {
         name
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and name not in kept and m.weight.numel() > 0
+        for name, m in quantized.named_modules()
+        if isinstance(m, nn.Linear) and name not in unread and m.weight.numel() > 0
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per_channel).*")
         spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
-        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).float().eval(), spec, dtype=torch.qint8)
+        return torch.ao.quantization.quantize_dynamic(quantized, spec, dtype=torch.qint8, inplace=True)
 
 
-def _stacked_linears(model: Transformer) -> set[str]:
-    """Names of the Linear layers that self-attention reads as weights (the decoder's and the encoder's)."""
+def _self_attention(model: Transformer) -> list[tuple[str, MultiHeadAttention]]:
+    """(name, module) of every self-attention module, the encoder's and the decoder's."""
     layers = [*(layer.self_attn for layer in model.encoder), *(layer.self_attn for layer in model.decoder)]
-    ids = {id(m): m for m in layers if isinstance(m, MultiHeadAttention)}
-    return {f"{name}.{part}" for name, module in model.named_modules() if id(module) in ids for part in STACKED}
+    ids = {id(m) for m in layers}
+    return [(name, m) for name, m in model.named_modules() if id(m) in ids]
+
+
+def _stacked(attention: MultiHeadAttention) -> nn.Linear:
+    """[W_Q; W_K; W_V] and their biases as one fp32 Linear, D → 3·H·Dh (to be quantized)."""
+    weight, bias = attention.stacked_qkv()
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return linear

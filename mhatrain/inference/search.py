@@ -83,7 +83,7 @@ def _next_logits(
     tokens: torch.Tensor,
     cache: DecoderCache,
     use_cache: bool,
-    eos_only: torch.Tensor,
+    eos_only: torch.Tensor | None,
     normalise: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, t] tokens so far → ([N, V] float32 logits of the next token, what may not come next at -inf;
@@ -92,9 +92,10 @@ def _next_logits(
 
     With the cache only the last token is fed; without it the whole prefix is recomputed against
     the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
-    `eos_only` (at their length limit) may only end. The normaliser is the logsumexp of the logits
-    before any of this, so logit - normaliser is the model's log-probability of a token: a forced
-    EOS is charged what the model gives it, not a free 0. No step reads anything back from the device.
+    `eos_only` (at their length limit) may only end (None: no row is at its limit). The normaliser is
+    the logsumexp of the logits before any of this, so logit - normaliser is the model's log-probability
+    of a token: a forced EOS is charged what the model gives it, not a free 0. No step reads anything
+    back from the device.
     """
     if use_cache:
         logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache)
@@ -108,10 +109,18 @@ def _next_logits(
     log_normaliser = logits[:, :1] - logits.log_softmax(dim=1)[:, :1] if normalise else None
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
-    eos = logits[:, EOS].clone()
-    logits.masked_fill_(eos_only[:, None], float("-inf"))
-    logits[:, EOS] = eos
+    if eos_only is not None:
+        eos = logits[:, EOS].clone()
+        logits.masked_fill_(eos_only[:, None], float("-inf"))
+        logits[:, EOS] = eos
     return logits, log_normaliser
+
+
+def _at_limit(limits: torch.Tensor, step: int, first_limit: int) -> torch.Tensor | None:
+    """[N] whether each row is past its length limit at `step` (it may only end), or None while no row can
+    be: `first_limit` is the smallest limit of the batch, read once, so that the steps before it do not
+    mask a [N, V] pass of logits for nothing."""
+    return limits < step if step > first_limit else None
 
 
 def _reads_every(device: torch.device) -> int:
@@ -143,7 +152,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     """
     B, device = src.size(0), src.device
     limits = length_limits(src, cfg, model)
-    steps = int(limits.max()) + 1
+    steps, first_limit = int(limits.max()) + 1, int(limits.min())
     cache = model.new_cache(*model.encode(src))
     out = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # BOS, then the tokens
     out[:, 0] = BOS
@@ -152,7 +161,8 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     every = _reads_every(device)
     for step in range(1, steps + 1):
-        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, limits < step, normalise=False)
+        eos_only = _at_limit(limits, step, first_limit)
+        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, eos_only, normalise=False)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
         tokens[:, step] = next_token
         finished |= next_token == EOS
@@ -216,12 +226,13 @@ def scored_beam_search(
     K = beam or cfg.beam
     alpha = cfg.alpha if alpha is None else alpha
     limits = length_limits(src, cfg, model)
-    steps = int(limits.max()) + 1
+    steps, first_limit = int(limits.max()) + 1, int(limits.min())
     cache = model.new_cache(*model.encode(src), beam=K)  # rows: K beams per sentence
     beams, finished = _start_beams(src, K, steps)
     every = _reads_every(src.device)
     for step in range(1, steps + 1):
-        eos_only = (limits[beams.sentence] < step).repeat_interleave(K)
+        eos_only = _at_limit(limits[beams.sentence], step, first_limit)
+        eos_only = eos_only.repeat_interleave(K) if eos_only is not None else None
         logits, log_normaliser = _next_logits(model, beams.tokens[:, :step], cache, use_cache, eos_only)
         top = _top_candidates(logits, log_normaliser, beams.scores)
         _finish_hypotheses(beams, top, finished, step, alpha)

@@ -265,6 +265,9 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(linear.bias)
         self.gate = gate  # learned head gates (model.head_gates), or None: not even a key in the checkpoint
         self._qkv_kept: tuple | None = None  # the stacked weights while a search keeps them: see keeping_stacked_qkv
+        # [W_Q; W_K; W_V] as one module, used by self-attention instead of stacking the three: an int8 model's
+        # quantized stack (inference.quantized); None in every model that trains or is saved
+        self.qkv: nn.Module | None = None
         self._keep_qkv = False
         self.head_gate: torch.Tensor | None = None  # set for a forward pass by transformer.gated_heads
 
@@ -273,10 +276,12 @@ class MultiHeadAttention(nn.Module):
         return self._stacked_linear(x).chunk(3, dim=-1)
 
     def _stacked_linear(self, x):
-        """x [..., D] → [..., 3·H·Dh]: x [W_Q; W_K; W_V]ᵀ + the stacked biases."""
-        return F.linear(x, *self._stacked_qkv())
+        """x [..., D] → [..., 3·H·Dh]: x [W_Q; W_K; W_V]ᵀ + the stacked biases (by `qkv` when it is set)."""
+        if self.qkv is not None:
+            return self.qkv(x)
+        return F.linear(x, *self.stacked_qkv())
 
-    def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[W_Q; W_K; W_V] ([3·H·Dh, D]) and the stacked biases ([3·H·Dh] or None).
 
         Made on each call (so that gradients flow to the three Linear layers), except inside
