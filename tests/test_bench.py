@@ -465,6 +465,27 @@ def test_decode_against_notices_a_checkout_that_translates_differently(tmp_path)
     assert not check.passed
 
 
+def test_decode_against_in_int8_quantizes_with_the_other_checkouts_own_code(tmp_path):
+    """An int8 A/B compares what each version quantizes, not only its search: the other model is quantized
+    by the checkout's own inference.quantized (here one that marks what it made)."""
+    from mhatrain.bench.decode_bench import ModelSource, their_search
+    from mhatrain.core.config import ModelConfig
+
+    quantized = copy_of_this_checkout(tmp_path) / "mhatrain" / "inference" / "quantized.py"
+    text = quantized.read_text()
+    assert "    quantized = copy.deepcopy(model).float().eval()\n" in text
+    quantized.write_text(
+        text.replace(
+            "    quantized = copy.deepcopy(model).float().eval()\n",
+            "    quantized = copy.deepcopy(model).float().eval()\n    quantized.made_by = 'theirs'\n",
+        )
+    )
+    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, max_positions=64)
+    model, _ = their_search(ModelSource(cfg, 40), "cpu", 0, tmp_path, "int8")
+    assert model.made_by == "theirs"
+    assert isinstance(model.output, torch.ao.nn.quantized.dynamic.Linear)
+
+
 @pytest.mark.parametrize(
     "names, path, fragment",
     [

@@ -30,6 +30,7 @@ PACKAGE = "mhatrain_against"
 ROLES = {
     "model": ("model.transformer", "model"),  # build_model
     "search": ("inference.search", "decode"),  # beam_search
+    "quantized": ("inference.quantized",),  # quantized_model (int8 decoding)
     "step": ("training.step", "step"),  # optimizer_update, batch_loss (a flat checkout from before step.py lacks it)
     "train": ("training.loop", "train"),  # the flat train.py of before step.py: its own update's parts
 }

@@ -101,11 +101,15 @@ def our_model(source: ModelSource, device, seed: int, precision: str = "fp32") -
 
 
 def their_search(source: ModelSource, device, seed: int, against: str, precision: str = "fp32"):
-    """The other checkout's model, loaded with our model's weights, and its beam_search."""
+    """The other checkout's model, loaded with our model's weights, and its beam_search; int8: quantized by
+    its own inference.quantized (by ours if it has none), so that an A/B also compares what int8 quantizes."""
     model = other.peer_model(against, source.model_cfg, source.vocab_size, PAD)
     model.load_state_dict(our_model(source, device, seed).state_dict())
     model = model.to(device).eval()
-    return quantized_model(model) if precision == "int8" else model, other.import_role(against, "search").beam_search
+    if precision == "int8":
+        has_own = other.role_module(against, "quantized") is not None
+        model = (other.import_role(against, "quantized").quantized_model if has_own else quantized_model)(model)
+    return model, other.import_role(against, "search").beam_search
 
 
 def _never_end(output: torch.nn.Linear) -> None:
