@@ -31,9 +31,9 @@ STACKED = ("w_q", "w_k", "w_v")  # a self-attention's projections, replaced by i
 def quantized_model(model: Transformer) -> Transformer:
     """An int8 copy of `model` for decoding on the CPU (the model itself is unchanged)."""
     quantized = copy.deepcopy(model).float().eval()
-    unread = set()
-    for name, attention in _self_attention(quantized):
-        unread |= {f"{name}.{part}" for part in STACKED}
+    self_attention = [*quantized.attention_modules("enc_self"), *quantized.attention_modules("dec_self")]
+    unread = {id(getattr(m, part)) for m in self_attention for part in STACKED}
+    for attention in self_attention:
         if attention.n_heads:
             attention.qkv = _stacked(attention)
     # a pruned model's attention module of no heads has empty projections: nothing to quantize, and
@@ -41,19 +41,12 @@ def quantized_model(model: Transformer) -> Transformer:
     names = {
         name
         for name, m in quantized.named_modules()
-        if isinstance(m, nn.Linear) and name not in unread and m.weight.numel() > 0
+        if isinstance(m, nn.Linear) and id(m) not in unread and m.weight.numel() > 0
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per_channel).*")
         spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
         return torch.ao.quantization.quantize_dynamic(quantized, spec, dtype=torch.qint8, inplace=True)
-
-
-def _self_attention(model: Transformer) -> list[tuple[str, MultiHeadAttention]]:
-    """(name, module) of every self-attention module, the encoder's and the decoder's."""
-    layers = [*(layer.self_attn for layer in model.encoder), *(layer.self_attn for layer in model.decoder)]
-    ids = {id(m) for m in layers}
-    return [(name, m) for name, m in model.named_modules() if id(m) in ids]
 
 
 def _stacked(attention: MultiHeadAttention) -> nn.Linear:

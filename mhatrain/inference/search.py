@@ -92,7 +92,8 @@ def _next_logits(
 
     With the cache only the last token is fed; without it the whole prefix is recomputed against
     the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
-    `eos_only` (at their length limit) may only end (None: no row is at its limit). The normaliser is
+    `eos_only` (at their length limit) may only end (None: no row is, as at every step before the batch's
+    smallest limit; those steps skip the mask's pass over [N, V]). The normaliser is
     the logsumexp of the logits before any of this, so logit - normaliser is the model's log-probability
     of a token: a forced EOS is charged what the model gives it, not a free 0. No step reads anything
     back from the device.
@@ -114,13 +115,6 @@ def _next_logits(
         logits.masked_fill_(eos_only[:, None], float("-inf"))
         logits[:, EOS] = eos
     return logits, log_normaliser
-
-
-def _at_limit(limits: torch.Tensor, step: int, first_limit: int) -> torch.Tensor | None:
-    """[N] whether each row is past its length limit at `step` (it may only end), or None while no row can
-    be: `first_limit` is the smallest limit of the batch, read once, so that the steps before it do not
-    mask a [N, V] pass of logits for nothing."""
-    return limits < step if step > first_limit else None
 
 
 def _reads_every(device: torch.device) -> int:
@@ -161,7 +155,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     every = _reads_every(device)
     for step in range(1, steps + 1):
-        eos_only = _at_limit(limits, step, first_limit)
+        eos_only = limits < step if step > first_limit else None
         logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, eos_only, normalise=False)
         next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
         tokens[:, step] = next_token
@@ -231,8 +225,7 @@ def scored_beam_search(
     beams, finished = _start_beams(src, K, steps)
     every = _reads_every(src.device)
     for step in range(1, steps + 1):
-        eos_only = _at_limit(limits[beams.sentence], step, first_limit)
-        eos_only = eos_only.repeat_interleave(K) if eos_only is not None else None
+        eos_only = (limits[beams.sentence] < step).repeat_interleave(K) if step > first_limit else None
         logits, log_normaliser = _next_logits(model, beams.tokens[:, :step], cache, use_cache, eos_only)
         top = _top_candidates(logits, log_normaliser, beams.scores)
         _finish_hypotheses(beams, top, finished, step, alpha)
