@@ -317,3 +317,33 @@ def test_padding_token_is_never_part_of_a_hypothesis(search):
     shift_logit(model, PAD, 1.5)  # PAD now wins some steps
     src = random_sources(1)
     assert search(model, src, FIXED_LIMIT) == search(model, src, FIXED_LIMIT, use_cache=False)
+
+
+# ----------------------------------------------------------------------------- the vocabulary step in row blocks
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 255, 256, 257, 271, 272, 273, 512, 1712])
+def test_row_blocks_cover_every_row_once_in_order_with_no_small_block(n):
+    blocks = search.row_blocks(n)
+    assert [i for b in blocks for i in range(n)[b]] == list(range(n))
+    sizes = [b.stop - b.start for b in blocks]
+    assert all(size <= search.VOCAB_BLOCK for size in sizes[:-1])
+    assert all(size >= min(n, search.MIN_BLOCK) for size in sizes)
+    assert len(blocks) == max(1, -(-n // search.VOCAB_BLOCK) - (0 < n % search.VOCAB_BLOCK < search.MIN_BLOCK))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_vocabulary_step_in_row_blocks_changes_no_translation_or_score(seed, beam, monkeypatch):
+    """The output projection and what reads its logits run a block of rows at a time: the same
+    translations and scores as the whole batch at once (40 sentences: 40 or 160 rows, blocks of 16)."""
+    model, src = random_model(seed), random_sources(seed, lengths=SOURCE_LENGTHS * 7)[:40]
+    cfg = DecodeConfig(beam=beam, alpha=ALPHA, max_len_a=1.5, max_len_b=5)
+    run = greedy_search if beam == 1 else scored_beam_search
+    monkeypatch.setattr(search, "VOCAB_BLOCK", 10**6)
+    whole = run(model, src, cfg)
+    blocks = []
+    monkeypatch.setattr(search, "VOCAB_BLOCK", 16)
+    monkeypatch.setattr(search, "row_blocks", lambda n, blocks_of=search.row_blocks: blocks.append(n) or blocks_of(n))
+    assert run(model, src, cfg) == whole
+    assert max(blocks) > 16  # some step did run in several blocks

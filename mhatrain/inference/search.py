@@ -30,6 +30,8 @@ from ..data.tokens import BOS, EOS, PAD, right_padded
 from ..model.attention import keeping_stacked_qkv
 from ..model.transformer import DecoderCache, Transformer
 
+VOCAB_BLOCK = 256  # rows per block of the vocabulary step (row_blocks)
+MIN_BLOCK = 16  # the fewest rows of a block, unless the batch has fewer
 GREEDY_COMPACT = 0.25  # greedy search drops finished rows once they are this share of the batch
 BEAM_BATCH_SHRINK = 4  # decode.batch_tokens is sized for beams up to 4 rows per sentence
 
@@ -78,43 +80,73 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, model: Transformer) -> t
     return limits.clamp(max=model.cfg.max_positions - 2)
 
 
-def _next_logits(
+def row_blocks(n: int) -> list[slice]:
+    """[0, n) as the row blocks of the vocabulary step: VOCAB_BLOCK rows each, a last block of fewer than
+    MIN_BLOCK rows joined to the one before.
+
+    The step maps each block's states to [rows, V] logits and reads them (normaliser, masks, top-k or
+    argmax) while they are still in the CPU's cache; for the whole batch at once, [N, V] is larger than the
+    cache, written by the projection and read back from memory by each pass (measured: int8 halves the
+    step's time; docs/performance.md). A row's numbers do not depend on its block: BLAS rounds a product
+    of fewer than 12 rows differently (tested, MKL on AVX2), hence no block of under MIN_BLOCK rows
+    unless the batch itself is that small.
+    """
+    starts = list(range(0, n, VOCAB_BLOCK))
+    if len(starts) > 1 and n - starts[-1] < MIN_BLOCK:
+        starts.pop()
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], n])]
+
+
+def _next_states(model: Transformer, tokens: torch.Tensor, cache: DecoderCache, use_cache: bool) -> torch.Tensor:
+    """[N, t] tokens so far → [N, D] the decoder's final states at the last position.
+
+    With the cache only the last token is fed; without it the whole prefix is recomputed against
+    the encoder side expanded to one row per beam.
+    """
+    if use_cache:
+        states = model.decode_states(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache)
+    else:
+        memory, src_mask = cache.memory, cache.src_mask
+        if cache.beam > 1:
+            memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
+        states = model.decode_states(tokens, memory, src_mask)
+    return states[:, -1]
+
+
+def _next_choices(
     model: Transformer,
     tokens: torch.Tensor,
     cache: DecoderCache,
     use_cache: bool,
     eos_only: torch.Tensor | None,
+    choose,
     normalise: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[N, t] tokens so far → ([N, V] float32 logits of the next token, what may not come next at -inf;
-    [N, 1] log-normaliser of the model's distribution, or None without `normalise`: greedy search
-    takes the argmax, which the normaliser does not move).
+) -> list[torch.Tensor]:
+    """What `choose(logits, log_normaliser)` makes of the next token's scores ([N, ...] tensors),
+    computed a row block at a time (row_blocks) and joined. No step reads anything back from the device.
 
-    With the cache only the last token is fed; without it the whole prefix is recomputed against
-    the encoder side expanded to one row per beam. PAD and BOS are never generated; rows in
-    `eos_only` (at their length limit) may only end (None: no row is, as at every step before the batch's
-    smallest limit; those steps skip the mask's pass over [N, V]). The normaliser is
-    the logsumexp of the logits before any of this, so logit - normaliser is the model's log-probability
-    of a token: a forced EOS is charged what the model gives it, not a free 0. No step reads anything
-    back from the device.
+    choose gets a block's [n, V] float32 logits, with what may not come next at -inf, and the [n, 1]
+    log-normaliser of the model's distribution (None without `normalise`: greedy search takes the
+    argmax, which the normaliser does not move). PAD and BOS are never generated; rows in `eos_only`
+    (at their length limit) may only end (None: no row is, as at every step before the batch's smallest
+    limit; those steps skip the mask's pass over [n, V]). The normaliser is the logsumexp of the logits
+    before any of this, so logit - normaliser is the model's log-probability of a token: a forced EOS is
+    charged what the model gives it, not a free 0.
     """
-    if use_cache:
-        logits = model.decode(tokens[:, -1:], cache.memory, cache.src_mask, cache=cache)
-    else:
-        memory, src_mask = cache.memory, cache.src_mask
-        if cache.beam > 1:
-            memory, src_mask = memory.repeat_interleave(cache.beam, 0), src_mask.repeat_interleave(cache.beam, 0)
-        logits = model.decode(tokens, memory, src_mask)
-    logits = logits[:, -1].float()
-    # logsumexp through log_softmax: one fused pass over [N, V] instead of logsumexp's several
-    log_normaliser = logits[:, :1] - logits.log_softmax(dim=1)[:, :1] if normalise else None
-    logits[:, PAD] = float("-inf")
-    logits[:, BOS] = float("-inf")
-    if eos_only is not None:
-        eos = logits[:, EOS].clone()
-        logits.masked_fill_(eos_only[:, None], float("-inf"))
-        logits[:, EOS] = eos
-    return logits, log_normaliser
+    states = _next_states(model, tokens, cache, use_cache)
+    blocks = []
+    for rows in row_blocks(states.size(0)):
+        logits = model.output(states[rows]).float()
+        # logsumexp through log_softmax: one fused pass over [n, V] instead of logsumexp's several
+        log_normaliser = logits[:, :1] - logits.log_softmax(dim=1)[:, :1] if normalise else None
+        logits[:, PAD] = float("-inf")
+        logits[:, BOS] = float("-inf")
+        if eos_only is not None:
+            eos = logits[:, EOS].clone()
+            logits.masked_fill_(eos_only[rows, None], float("-inf"))
+            logits[:, EOS] = eos
+        blocks.append(choose(logits, log_normaliser))
+    return [torch.cat(parts) for parts in zip(*blocks)]
 
 
 def _reads_every(device: torch.device) -> int:
@@ -156,8 +188,8 @@ def greedy_search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, use_
     every = _reads_every(device)
     for step in range(1, steps + 1):
         eos_only = limits < step if step > first_limit else None
-        logits, _ = _next_logits(model, tokens[:, :step], cache, use_cache, eos_only, normalise=False)
-        next_token = logits.argmax(-1).masked_fill(finished, PAD)  # the argmax of the log-probabilities
+        (best,) = _next_choices(model, tokens[:, :step], cache, use_cache, eos_only, _argmax, normalise=False)
+        next_token = best.masked_fill(finished, PAD)  # the argmax of the log-probabilities
         tokens[:, step] = next_token
         finished |= next_token == EOS
         if step % every == 0:
@@ -226,8 +258,11 @@ def scored_beam_search(
     every = _reads_every(src.device)
     for step in range(1, steps + 1):
         eos_only = (limits[beams.sentence] < step).repeat_interleave(K) if step > first_limit else None
-        logits, log_normaliser = _next_logits(model, beams.tokens[:, :step], cache, use_cache, eos_only)
-        top = _top_candidates(logits, log_normaliser, beams.scores)
+        per_beam = min(2 * K, model.vocab_size)
+        beam_logits, beam_tokens, log_normaliser = _next_choices(
+            model, beams.tokens[:, :step], cache, use_cache, eos_only, functools.partial(_best_of_beam, per_beam)
+        )
+        top = _top_candidates(beam_logits, beam_tokens, log_normaliser, beams.scores)
         _finish_hypotheses(beams, top, finished, step, alpha)
         source_rows = _extend_beams(beams, top, step)
         if stop_early:
@@ -284,14 +319,26 @@ def _start_beams(src: torch.Tensor, K: int, steps: int) -> tuple[_Beams, _Finish
     return beams, finished
 
 
-def _top_candidates(logits: torch.Tensor, log_normaliser: torch.Tensor, scores: torch.Tensor) -> _Candidates:
-    """The 2K best (beam, token) extensions of each sentence: logits [n·K, V], log_normaliser [n·K, 1],
-    scores [n, K] of the beams. 2K, so that at least K remain when all K beams would end."""
+def _best_of_beam(per_beam: int, logits: torch.Tensor, log_normaliser: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A block of beams' `per_beam` best next tokens: ([n, per_beam] logits, their tokens, [n, 1] normaliser).
+
+    The 2K best extensions of each beam hold the 2K best of the sentence, and within a beam
+    log P = logit - normaliser ranks like the logits: no full log-softmax is needed."""
+    return (*logits.topk(per_beam, dim=1), log_normaliser)
+
+
+def _argmax(logits: torch.Tensor, _) -> tuple[torch.Tensor]:
+    return (logits.argmax(-1),)
+
+
+def _top_candidates(
+    beam_logits: torch.Tensor, beam_tokens: torch.Tensor, log_normaliser: torch.Tensor, scores: torch.Tensor
+) -> _Candidates:
+    """The 2K best (beam, token) extensions of each sentence, from each beam's best: beam_logits and
+    beam_tokens [n·K, per_beam] (_best_of_beam), log_normaliser [n·K, 1], scores [n, K] of the beams.
+    2K, so that at least K remain when all K beams would end."""
     n, K = scores.shape
-    # The 2K best extensions of each beam hold the 2K best of the sentence, and within a beam
-    # log P = logit - normaliser ranks like the logits: no full log-softmax is needed.
-    per_beam = min(2 * K, logits.size(-1))
-    beam_logits, beam_tokens = logits.topk(per_beam, dim=1)  # [n·K, per_beam]
+    per_beam = beam_logits.size(1)
     candidates = scores.view(-1, 1) + beam_logits - log_normaliser
     top_scores, top_index = candidates.view(n, K * per_beam).topk(2 * K, dim=1)  # [n, 2K]
     return _Candidates(top_scores, top_index // per_beam, beam_tokens.view(n, K * per_beam).gather(1, top_index))

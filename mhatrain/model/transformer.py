@@ -342,6 +342,18 @@ class Transformer(nn.Module):
 
         With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
         """
+        return self.output(self.decode_states(tgt_in, memory, src_mask, cache, attention))
+
+    def decode_states(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: DecoderCache | None = None,
+        attention: Attention | None = None,
+    ) -> torch.Tensor:
+        """decode without the output projection: the decoder's final states [B, T, D], which `output`
+        maps to the logits (a search projects them a block of rows at a time)."""
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
         padding = padding_mask(tgt_in, self.pad_id) if attention is not None and cache is None else None
@@ -357,7 +369,7 @@ class Transformer(nn.Module):
                 attention.cross.append(cross_probs)
         if cache is not None:
             cache.length += T
-        return self.output(self.dec_norm(y))
+        return self.dec_norm(y)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, V] for training."""
