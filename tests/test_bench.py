@@ -457,8 +457,8 @@ def test_decode_against_times_another_checkouts_search_and_checks_its_translatio
 def test_decode_against_notices_a_checkout_that_translates_differently(tmp_path):
     decode = copy_of_this_checkout(tmp_path) / "mhatrain" / "inference" / "search.py"
     text = decode.read_text()
-    assert "next_token = logits.argmax(-1)" in text
-    decode.write_text(text.replace("next_token = logits.argmax(-1)", "next_token = logits.topk(2).indices[:, 1]"))
+    assert "return (logits.argmax(-1),)" in text  # greedy search's choice of the next token
+    decode.write_text(text.replace("return (logits.argmax(-1),)", "return (logits.topk(2).indices[:, 1],)"))
     options = BenchOptions(precisions=("fp32",), against=tmp_path, beams=(1,), **QUIET)
     (result,) = run_benches(["decode"], options)
     (check,) = [c for c in result.checks if "gives our translations" in c.name]

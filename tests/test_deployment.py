@@ -96,3 +96,27 @@ def test_missing_ctranslate2_is_one_line(tmp_path, toy_tokenizer, monkeypatch):
     tokenizer, _ = toy_tokenizer
     with pytest.raises(MhatrainError, match=r"pip install 'mhatrain\[ctranslate2\]'"):
         export_ctranslate2(small_model(tokenizer.vocab_size), tokenizer, tmp_path / "x")
+
+
+def test_the_benchs_ctranslate2_peer_translates_in_a_process_of_its_own(tmp_path, toy_tokenizer, monkeypatch):
+    """bench decode's CTranslate2 peer (bench/deployed.engine_step) loads no Translator in the bench's process,
+    which a loaded one slows (docs/performance.md), and translates as the engine does in ours."""
+    from mhatrain.bench import deployed
+    from mhatrain.core.config import DecodeConfig
+    from mhatrain.data.tokens import right_padded
+
+    tokenizer, _ = toy_tokenizer
+    model = small_model(tokenizer.vocab_size, seed=3)
+    out = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    sources = [source_ids(s, model.cfg.max_positions) for s in tokenizer.encode(SENTENCES)]
+    batch = torch.from_numpy(right_padded(sources))
+    cfg = DecodeConfig(beam=2, max_len_a=1.0, max_len_b=5)
+    here = Engine.load(out, "float32", threads=1).translate_ids(deployed.id_lists(batch), cfg, beam=2)
+
+    def no_engine_here(*args, **kwargs):
+        raise AssertionError("a Translator loaded in the bench's process")
+
+    monkeypatch.setattr(Engine, "load", no_engine_here)
+    step = deployed.engine_step(out, [batch, batch], 2, cfg, "fp32", "cpu")
+    assert step() == [here, here]
+    assert step() == [here, here]  # the process serves every sample

@@ -5,18 +5,21 @@ Our trained weights are converted in the same run (inference.deployment, float32
 directory), and CTranslate2 loads them with the compute type that matches the case: float32 against
 ours in fp32, int8 against our int8 (torch's dynamic quantization) and against bf16. It translates
 the same length-sorted batches as ours, one call per batch, with our beam, length penalty and
-(per batch) length limit, on the bench's threads.
+(per batch) length limit, on the bench's threads, in a process of its own (EngineProcess).
 
 Checked before timing: its teacher-forced log-probabilities of our translations equal ours (fp32).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import weakref
 from pathlib import Path
 
 import torch
 
 from ..core.config import DecodeConfig
+from ..core.errors import MhatrainError
 from ..data.tokens import PAD
 from ..inference.deployment import Engine, export_ctranslate2, teacher_forced_log_probs
 from ..inference.search import source_ids
@@ -43,14 +46,75 @@ def id_lists(batch: torch.Tensor) -> list[list[int]]:
 def engine_step(
     engine_dir: Path, batches: list[torch.Tensor], beam: int, decode_cfg: DecodeConfig, precision: str, device
 ) -> Step:
-    """One sample: CTranslate2 translates every batch; returns each batch's translations (id lists)."""
-    engine = Engine.load(engine_dir, COMPUTE_TYPES[precision], torch.get_num_threads(), torch.device(device).type)
+    """One sample: CTranslate2 translates every batch; returns each batch's translations (id lists).
+
+    It translates in a process of its own (EngineProcess), as a deployment runs it, and the sample's time
+    includes handing the batches over and the translations back (about 1,000 short id lists: milliseconds)."""
+    engine = EngineProcess(engine_dir, COMPUTE_TYPES[precision], torch.get_num_threads(), torch.device(device).type)
     sources = [id_lists(batch) for batch in batches]
 
     def step():
-        return [engine.translate_ids(batch, decode_cfg, beam) for batch in sources]
+        return engine.translate(sources, decode_cfg, beam)
 
     return step
+
+
+class EngineProcess:
+    """A CTranslate2 Translator loaded in a child process, serving translations until dropped.
+
+    Not in the bench's own process: there a loaded Translator slowed our search, timed in alternation with
+    it, by up to about a quarter while it sat idle (greedy fp32 over the test set 6.6–9.6 s against
+    5.8–6.7 s without it; our threads' CPU time unchanged, their wall time not), while one idling in
+    another process did not (5.7–6.0 s; docs/performance.md, "The vocabulary step in row blocks").
+    """
+
+    def __init__(self, directory: Path, compute_type: str, threads: int, device: str):
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        process = context.Process(
+            target=_serve, args=(child, str(directory), compute_type, threads, device), daemon=True
+        )
+        process.start()
+        child.close()
+        weakref.finalize(self, _stop, self._conn, process)
+        self._reply()  # loaded, or its one-line error
+
+    def translate(self, sources: list[list[list[int]]], cfg: DecodeConfig, beam: int) -> list[list[list[int]]]:
+        """Each batch's translations (Engine.translate_ids)."""
+        self._conn.send((sources, cfg, beam))
+        return self._reply()
+
+    def _reply(self):
+        try:
+            ok, value = self._conn.recv()
+        except EOFError:
+            raise MhatrainError(f"{CT2}: its process ended without an answer") from None
+        if not ok:
+            raise MhatrainError(f"{CT2}: {value}")
+        return value
+
+
+def _serve(conn, directory: str, compute_type: str, threads: int, device: str) -> None:
+    """The child process of EngineProcess: load the engine, then translate each request until None."""
+    try:
+        engine = Engine.load(Path(directory), compute_type, threads, device)
+    except Exception as error:  # the parent reports it as one line
+        conn.send((False, str(error)))
+        return
+    conn.send((True, None))
+    while (request := conn.recv()) is not None:
+        sources, cfg, beam = request
+        conn.send((True, [engine.translate_ids(batch, cfg, beam) for batch in sources]))
+
+
+def _stop(conn, process) -> None:
+    try:
+        conn.send(None)
+    except OSError:
+        pass
+    process.join(timeout=10)
+    if process.is_alive():
+        process.terminate()
 
 
 def log_prob_check(model: Transformer, engine_dir: Path, batch: torch.Tensor, targets: list[list[int]]) -> Check:
