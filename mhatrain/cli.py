@@ -388,7 +388,7 @@ def bench(
     json_path: bench_option.Json = None,
     markdown_path: bench_option.Markdown = None,
 ):
-    """Time our attention, training step and decoding against named peers, in one process and run."""
+    """Time our attention, training step and decoding against named peers, in one run."""
     report_benches(*bench_option.parse(ctx.params), console, json_path, markdown_path)  # bench parses its options
 
 

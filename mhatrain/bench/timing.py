@@ -1,7 +1,8 @@
 """Timing: warm-up, alternating repetitions, order statistics.
 
-Peers are timed in one process and one run, a sample of each in turn, and the order rotates every
-round (A B C, B C A, C A B, ...). A slow phase of the machine (another job, a frequency change)
+Peers are timed in one run, a sample of each in turn (in this process, except CTranslate2, which
+translates in a child process: bench/deployed.py), and the order rotates every round (A B C, B C A,
+C A B, ...). A slow phase of the machine (another job, a frequency change)
 then lands on every peer alike instead of on whichever was measured last; medians and quartiles
 ignore the odd outlier. On CUDA the device is synchronised before and after each sample.
 
