@@ -330,19 +330,9 @@ class Transformer(nn.Module):
         n = int(real.sum())
         return Packing.of(real) if PACK_MIN_ROWS <= n < real.numel() else None
 
-    def decode(
-        self,
-        tgt_in: torch.Tensor,
-        memory: torch.Tensor,
-        src_mask: torch.Tensor,
-        cache: DecoderCache | None = None,
-        attention: Attention | None = None,
-    ) -> torch.Tensor:
-        """tgt_in: [B, T] (BOS + target so far, right-padded) → logits [B, T, V].
-
-        With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
-        """
-        return self.output(self.decode_states(tgt_in, memory, src_mask, cache, attention))
+    def decode(self, *args, **kwargs) -> torch.Tensor:
+        """decode_states(...) projected to the vocabulary: logits [B, T, V]."""
+        return self.output(self.decode_states(*args, **kwargs))
 
     def decode_states(
         self,
@@ -352,8 +342,11 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         attention: Attention | None = None,
     ) -> torch.Tensor:
-        """decode without the output projection: the decoder's final states [B, T, D], which `output`
-        maps to the logits (a search projects them a block of rows at a time)."""
+        """tgt_in: [B, T] (BOS + target so far, right-padded) → the decoder's final states [B, T, D], which
+        `output` maps to the logits (decode does both; a search projects them a block of rows at a time).
+
+        With a cache, tgt_in holds only the new positions; earlier keys/values come from the cache.
+        """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
         padding = padding_mask(tgt_in, self.pad_id) if attention is not None and cache is None else None
