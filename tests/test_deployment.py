@@ -99,8 +99,8 @@ def test_missing_ctranslate2_is_one_line(tmp_path, toy_tokenizer, monkeypatch):
 
 
 def test_the_benchs_ctranslate2_peer_translates_in_a_process_of_its_own(tmp_path, toy_tokenizer, monkeypatch):
-    """bench decode's CTranslate2 peer (bench/deployed.engine_step) loads no Translator in the bench's process,
-    which a loaded one slows (docs/performance.md), and translates as the engine does in ours."""
+    """bench decode's CTranslate2 peer (bench/deployed: engine_step, log_prob_check) loads no Translator in the
+    bench's process, which a loaded one slows (docs/performance.md), and translates as the engine does in ours."""
     from mhatrain.bench import deployed
     from mhatrain.core.config import DecodeConfig
     from mhatrain.data.tokens import right_padded
@@ -120,3 +120,4 @@ def test_the_benchs_ctranslate2_peer_translates_in_a_process_of_its_own(tmp_path
     step = deployed.engine_step(out, [batch, batch], 2, cfg, "fp32", "cpu")
     assert step() == [here, here]
     assert step() == [here, here]  # the process serves every sample
+    assert deployed.log_prob_check(model, out, batch, here).passed  # the check before timing scores there too

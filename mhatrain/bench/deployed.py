@@ -60,7 +60,7 @@ def engine_step(
 
 
 class EngineProcess:
-    """A CTranslate2 Translator loaded in a child process, serving translations until dropped.
+    """A CTranslate2 Translator loaded in a child process, serving translations (and scores) until dropped.
 
     Not in the bench's own process: there a loaded Translator slowed our search, timed in alternation with
     it, by up to about a quarter while it sat idle (greedy fp32 over the test set 6.6–9.6 s against
@@ -81,7 +81,12 @@ class EngineProcess:
 
     def translate(self, sources: list[list[list[int]]], cfg: DecodeConfig, beam: int) -> list[list[list[int]]]:
         """Each batch's translations (Engine.translate_ids)."""
-        self._conn.send((sources, cfg, beam))
+        self._conn.send(("translate_ids", (sources, cfg, beam)))
+        return self._reply()
+
+    def target_log_probs(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Engine.target_log_probs of one batch."""
+        self._conn.send(("target_log_probs", (sources, targets)))
         return self._reply()
 
     def _reply(self):
@@ -103,8 +108,12 @@ def _serve(conn, directory: str, compute_type: str, threads: int, device: str) -
         return
     conn.send((True, None))
     while (request := conn.recv()) is not None:
-        sources, cfg, beam = request
-        conn.send((True, [engine.translate_ids(batch, cfg, beam) for batch in sources]))
+        method, args = request
+        if method == "translate_ids":
+            sources, cfg, beam = args
+            conn.send((True, [engine.translate_ids(batch, cfg, beam) for batch in sources]))
+        else:
+            conn.send((True, engine.target_log_probs(*args)))
 
 
 def _stop(conn, process) -> None:
@@ -119,7 +128,7 @@ def _stop(conn, process) -> None:
 
 def log_prob_check(model: Transformer, engine_dir: Path, batch: torch.Tensor, targets: list[list[int]]) -> Check:
     """Teacher-forced log P of `targets` (our translations of `batch`, EOS included): theirs = ours in fp32."""
-    engine = Engine.load(engine_dir, "float32", torch.get_num_threads())
+    engine = EngineProcess(engine_dir, "float32", torch.get_num_threads(), "cpu")
     sources = id_lists(batch)
     theirs = engine.target_log_probs(sources, targets)
     src = [source_ids(s, model.cfg.max_positions) for s in sources]
