@@ -7,7 +7,8 @@ ours in fp32, int8 against our int8 (torch's dynamic quantization) and against b
 the same length-sorted batches as ours, one call per batch, with our beam, length penalty and
 (per batch) length limit, on the bench's threads, in a process of its own (EngineProcess).
 
-Checked before timing: its teacher-forced log-probabilities of our translations equal ours (fp32).
+Checked before timing: its teacher-forced log-probabilities of our translations equal ours (fp32),
+scored in a child process as well.
 """
 
 from __future__ import annotations
