@@ -256,11 +256,11 @@ def scored_beam_search(
     cache = model.new_cache(*model.encode(src), beam=K)  # rows: K beams per sentence
     beams, finished = _start_beams(src, K, steps)
     every = _reads_every(src.device)
+    best_of_beam = functools.partial(_best_of_beam, min(2 * K, model.vocab_size))
     for step in range(1, steps + 1):
         eos_only = (limits[beams.sentence] < step).repeat_interleave(K) if step > first_limit else None
-        per_beam = min(2 * K, model.vocab_size)
         beam_logits, beam_tokens, log_normaliser = _next_choices(
-            model, beams.tokens[:, :step], cache, use_cache, eos_only, functools.partial(_best_of_beam, per_beam)
+            model, beams.tokens[:, :step], cache, use_cache, eos_only, best_of_beam
         )
         top = _top_candidates(beam_logits, beam_tokens, log_normaliser, beams.scores)
         _finish_hypotheses(beams, top, finished, step, alpha)
